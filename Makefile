@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# rkf: out-of-tree Rust-for-Linux modules that give BPF programs new kfuncs.
+#
+#   make run        the main job: boot the bench kernel with the modules, show them working
+#   make check      all tests: host tests, module build, kselftests in a VM on the test kernel
+#
+#   make modules    build the modules for KDIR (default: the cached test kernel)
+#   make kernel     build (or find in the cache) the test and bench kernels
+#   make user       build the rkf CLI and the selftest runner
+#   make host-test  cargo test of the pure-Rust parts
+#   make vm-test    the kselftests in a VM on the test kernel
+#   make clean
+
+SHELL := /bin/bash
+RKF_ROOT := $(CURDIR)
+BUILD := $(RKF_ROOT)/build
+LLVM_BIN := /usr/lib/llvm-19/bin
+export PATH := $(LLVM_BIN):$(HOME)/.cargo/bin:$(PATH)
+
+# Warnings are errors in CI.
+RKF_WERROR ?= $(if $(filter true 1,$(CI)),1,0)
+export RKF_WERROR
+
+MODULES := rkf_percpu
+
+.PHONY: all deps kernel kernel-test kernel-bench modules user host-test vm-test check run \
+	clean help
+
+all: modules user
+
+help:
+	@sed -n '3,15p' Makefile | sed 's/^# \{0,1\}//'
+
+deps:
+	@scripts/install-deps.sh
+
+kernel: kernel-test kernel-bench
+kernel-test kernel-bench: kernel-%: deps
+	@scripts/kernel.sh build $*
+
+# ---- modules ---------------------------------------------------------------------
+# KDIR is any patched 7.3 build tree; by default the cached test kernel (built on demand).
+# Objects go to build/<name of KDIR>/ so that one checkout builds for several kernels.
+ifeq ($(origin KDIR),undefined)
+modules: kernel-test
+modules: KDIR = $(shell scripts/kernel.sh dir test)
+endif
+modules:
+	@scripts/check-kdir.sh "$(KDIR)"
+	@mkdir -p "$(BUILD)/$(notdir $(KDIR))"
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))" LLVM=1 CLIPPY=1 modules
+	@scripts/check-btf.sh "$(BUILD)/$(notdir $(KDIR))" $(MODULES)
+
+# ---- userspace -------------------------------------------------------------------
+# BPF programs are compiled against a vmlinux.h generated from the kernel being tested.
+user: kernel-test
+	@scripts/vmlinux-h.sh "$$(scripts/kernel.sh dir test)" "$(BUILD)/include/vmlinux.h"
+	cargo build --release --locked --workspace --bins
+	cargo clippy --release --locked --workspace --all-targets -- -D warnings
+
+host-test:
+	cargo test --release --locked -p rkf-core
+
+vm-test: modules user
+	scripts/vm.sh test -- tests/guest-selftests.sh
+
+check: deps host-test vm-test run
+
+run: kernel-bench user
+	@$(MAKE) --no-print-directory modules KDIR="$$(scripts/kernel.sh dir bench)"
+	scripts/vm.sh bench -- tests/guest-demo.sh
+
+clean:
+	rm -rf "$(BUILD)" target

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_percpu: kfunc entry points and BTF set.  The logic is in rust/percpu.rs.
+ *
+ * A typed per-cpu __ksym (&runqueues) is a PTR_TO_BTF_ID | MEM_PERCPU register, which
+ * every checked kfunc argument class rejects (kernel/bpf/verifier.c, get_kfunc_arg_type
+ * and its callers).  The only way in is a pointer argument named *__ign, which the
+ * verifier does not check at all.  The kfuncs therefore return void *, a scalar to the
+ * verifier: the program cannot dereference the result until it has cast it with
+ * bpf_rdonly_cast(), which makes every load fault-safe (BPF_PROBE_MEM).  rkf.bpf.h wraps
+ * this in rkf_per_cpu_ptr() / rkf_this_cpu_ptr().
+ */
+
+#include <linux/bpf.h>
+#include <linux/btf.h>
+#include <linux/btf_ids.h>
+#include <linux/percpu.h>
+
+#include "rkf.h"
+
+DEFINE_PER_CPU(struct rkf_percpu_probe, rkf_percpu_probe);
+
+__bpf_kfunc_start_defs();
+
+/**
+ * bpf_rkf_per_cpu_ptr() - resolve a per-cpu pointer for one cpu
+ * @ptr__ign: address of a per-cpu variable, usually &sym of a typed __ksym
+ * @cpu:      the cpu whose copy to return
+ *
+ * Return: the address of @cpu's copy of @ptr__ign, or NULL when @ptr__ign is NULL (an
+ * unresolved weak __ksym), @cpu >= nr_cpu_ids or @cpu is not a possible cpu.  The result
+ * is a scalar to the verifier; cast it with bpf_rdonly_cast() to read through it.
+ */
+__bpf_kfunc void *bpf_rkf_per_cpu_ptr(const void *ptr__ign, u32 cpu)
+{
+	return rkf_percpu_resolve(ptr__ign, cpu);
+}
+
+/**
+ * bpf_rkf_this_cpu_ptr() - resolve a per-cpu pointer for the current cpu
+ * @ptr__ign: address of a per-cpu variable, usually &sym of a typed __ksym
+ *
+ * BPF programs run with migration disabled, so the cpu cannot change under the caller.
+ *
+ * Return: the address of the current cpu's copy, or NULL when @ptr__ign is NULL.
+ */
+__bpf_kfunc void *bpf_rkf_this_cpu_ptr(const void *ptr__ign)
+{
+	return rkf_percpu_resolve_this(ptr__ign);
+}
+
+__bpf_kfunc_end_defs();
+
+BTF_KFUNCS_START(rkf_percpu_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_rkf_per_cpu_ptr)
+BTF_ID_FLAGS(func, bpf_rkf_this_cpu_ptr)
+BTF_KFUNCS_END(rkf_percpu_kfunc_ids)
+
+const struct btf_kfunc_id_set rkf_percpu_kfunc_set = {
+	.owner = THIS_MODULE,
+	.set = &rkf_percpu_kfunc_ids,
+};

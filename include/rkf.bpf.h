@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * rkf.bpf.h: the BPF side of the rkf kfuncs.
+ *
+ * Include after vmlinux.h and <bpf/bpf_helpers.h>.  Programs that call rkf kfuncs must be
+ * GPL-compatible and need CAP_BPF and CAP_PERFMON to load.
+ */
+#ifndef __RKF_BPF_H
+#define __RKF_BPF_H
+
+#ifndef __ksym
+#error "include <bpf/bpf_helpers.h> before rkf.bpf.h"
+#endif
+
+/* ---- rkf_percpu --------------------------------------------------------------------
+ *
+ * bpf_rkf_per_cpu_ptr() and bpf_rkf_this_cpu_ptr() return the address of a cpu's copy of a
+ * per-cpu variable, or NULL (cpu >= nr_cpu_ids, cpu not possible, or a NULL pointer such as
+ * an unresolved weak __ksym).  To the verifier the result is a scalar: it cannot be
+ * dereferenced as it is.  Use the macros below, which turn it into a typed, read-only,
+ * fault-safe pointer and make the NULL check mandatory:
+ *
+ *	extern const struct rq runqueues __ksym;
+ *
+ *	const struct rq *rq = rkf_per_cpu_ptr(runqueues, cpu);
+ *	if (rq)
+ *		nr = rq->nr_running;
+ *
+ * Loads through the pointer are BPF_PROBE_MEM loads: a bad address reads as zero instead
+ * of oopsing, and writes through it are rejected at load time.
+ */
+
+extern void *bpf_rkf_per_cpu_ptr(const void *ptr__ign, __u32 cpu) __ksym __weak;
+extern void *bpf_rkf_this_cpu_ptr(const void *ptr__ign) __ksym __weak;
+
+extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id__k) __ksym __weak;
+
+/*
+ * Returns @p as untrusted read-only memory (any offset, fault-safe loads), or NULL.
+ *
+ * Why the NULL branch: a pointer from bpf_rdonly_cast() is never "maybe NULL" to the
+ * verifier, so without it a missing check would go unnoticed and read zeros.  Returning
+ * the kfunc's scalar on the NULL path makes a dereference there "invalid mem access
+ * 'scalar'", so a program that forgets the check fails to load.  barrier_var() keeps clang
+ * from proving the value NULL and deleting that path as undefined behaviour.
+ */
+static __always_inline const void *__rkf_untrusted(void *p)
+{
+	if (!p) {
+		barrier_var(p);
+		return p;
+	}
+	return bpf_rdonly_cast(p, 0);
+}
+
+/* Typed, fault-safe pointer to @cpu's copy of the per-cpu variable @sym, or NULL. */
+#define rkf_per_cpu_ptr(sym, cpu)					\
+	((const typeof(sym) *)__rkf_untrusted(bpf_rkf_per_cpu_ptr(&(sym), (cpu))))
+
+/* Typed, fault-safe pointer to the current cpu's copy of @sym (never NULL for a real @sym). */
+#define rkf_this_cpu_ptr(sym)						\
+	((const typeof(sym) *)__rkf_untrusted(bpf_rkf_this_cpu_ptr(&(sym))))
+
+/*
+ * For a per-cpu struct of vmlinux only: a pointer the verifier types as that struct
+ * (PTR_TO_BTF_ID | PTR_UNTRUSTED), through bpf_rdonly_cast() with the type's vmlinux BTF
+ * id.  Module types have no vmlinux BTF id; use rkf_per_cpu_ptr() for them.
+ */
+#define rkf_per_cpu_btf_ptr(sym, cpu) ({					\
+	void *__p = bpf_rkf_per_cpu_ptr(&(sym), (cpu));				\
+	if (__p)								\
+		__p = bpf_rdonly_cast(__p, bpf_core_type_id_kernel(typeof(sym))); \
+	else									\
+		barrier_var(__p);						\
+	(const typeof(sym) *)__p;						\
+})
+
+/* rkf_percpu's own per-cpu variable (c-shim/rkf.h), for tests and examples. */
+#define RKF_PERCPU_PROBE_MAGIC 0x726b6670
+struct rkf_percpu_probe {
+	__u32 cpu;
+	__u32 magic;
+	__u64 self;
+} __attribute__((preserve_access_index));
+
+#endif /* __RKF_BPF_H */

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Registration of kfunc sets that a C shim defines.
+//!
+//! Kfuncs have to be C functions: Rust compilation units carry no BTF (pahole runs with
+//! `--lang_exclude=rust`) and `BTF_KFUNCS_START`/`BTF_ID_FLAGS` are C inline assembly.  The
+//! shim defines the functions and their `struct btf_kfunc_id_set`; this file registers the
+//! set and turns the kernel's silent failure modes into load errors.
+
+use kernel::{bindings, error::to_result, prelude::*, ThisModule};
+
+use crate::shim::KfuncSet;
+
+/// A BPF program type, as far as kfunc registration is concerned.
+///
+/// Registration is per kfunc hook, not per program type: tracepoint, raw_tp and
+/// perf_event programs share the hook of [`ProgType::Tracing`]
+/// (`bpf_prog_type_to_kfunc_hook()` in kernel/bpf/btf.c).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ProgType {
+    /// fentry/fexit, tp_btf and LSM, and through the same hook tracepoint, raw_tp and
+    /// perf_event programs.
+    Tracing,
+    /// kprobe, kprobe.multi and uprobe programs.
+    Kprobe,
+    /// Syscall programs (`SEC("syscall")`).
+    Syscall,
+}
+
+impl ProgType {
+    fn as_raw(self) -> bindings::bpf_prog_type {
+        match self {
+            Self::Tracing => bindings::bpf_prog_type_BPF_PROG_TYPE_TRACING,
+            Self::Kprobe => bindings::bpf_prog_type_BPF_PROG_TYPE_KPROBE,
+            Self::Syscall => bindings::bpf_prog_type_BPF_PROG_TYPE_SYSCALL,
+        }
+    }
+}
+
+/// A kfunc set registered with the BPF verifier.
+///
+/// There is nothing to unregister: the kernel drops a module's kfunc sets together with
+/// the module's BTF when the module goes away.  A registration therefore only records that
+/// the set was accepted.
+pub(crate) struct KfuncRegistration {
+    _private: (),
+}
+
+impl KfuncRegistration {
+    /// Registers `set`, defined by the C shim of `module`, for every program type in `types`.
+    ///
+    /// Fails, instead of loading a module whose kfuncs no program can call, when the
+    /// module has no BTF (it was built against a tree without `vmlinux`: the kernel would
+    /// only warn "missing module BTF" and return 0) or when resolve_btfids did not patch
+    /// the set's BTF ids.
+    pub(crate) fn new(
+        module: &'static ThisModule,
+        set: &'static KfuncSet,
+        types: &[ProgType],
+    ) -> Result<Self> {
+        // SAFETY: `module` is this module, which is alive while its init runs; the kernel
+        // frees the `.BTF` data only after init (kernel/module/main.c, do_init_module()).
+        let btf_size = unsafe { (*module.as_ptr()).btf_data_size };
+        if btf_size == 0 {
+            pr_err!("the module has no .BTF section: build it against a kernel tree that has vmlinux (with CONFIG_DEBUG_INFO_BTF_MODULES=y and pahole), or its kfuncs cannot register\n");
+            return Err(ENOEXEC);
+        }
+
+        let set = set.as_raw();
+        // SAFETY: `set` is a kfunc set of the shim, and its `set` points to the shim's
+        // `BTF_KFUNCS_START/END` set, a static whose `cnt` entries follow the header.
+        let ids = unsafe {
+            let set8 = (*set).set;
+            core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
+        };
+        if ids.is_empty() || ids.iter().any(|p| p.id == 0) {
+            pr_err!("the kfunc set has unresolved BTF ids: resolve_btfids did not run on the module\n");
+            return Err(EINVAL);
+        }
+
+        for &t in types {
+            // SAFETY: `set` is a valid, 'static kfunc set owned by `module`, and this runs
+            // from module init, as register_btf_kfunc_id_set() requires.
+            to_result(unsafe { bindings::register_btf_kfunc_id_set(t.as_raw(), set) })
+                .inspect_err(|e| {
+                    pr_err!("cannot register kfuncs for {:?} programs: {:?}\n", t, e);
+                })?;
+        }
+        Ok(Self { _private: () })
+    }
+}

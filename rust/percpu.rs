@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-cpu pointer resolution behind `bpf_rkf_per_cpu_ptr()` and `bpf_rkf_this_cpu_ptr()`.
+
+use kernel::{bindings, cpu::CpuId, cpumask::Cpumask, ffi::c_void};
+
+use crate::percpu_core::{self, CpuLayout};
+use crate::shim;
+
+/// The cpus of the running kernel.
+struct KernelCpus;
+
+impl CpuLayout for KernelCpus {
+    fn nr_cpu_ids(&self) -> u32 {
+        kernel::cpu::nr_cpu_ids()
+    }
+
+    fn is_possible(&self, cpu: u32) -> bool {
+        let Some(cpu) = CpuId::from_u32(cpu) else {
+            return false;
+        };
+        // SAFETY: `__cpu_possible_mask` is a static cpumask that lives as long as the
+        // kernel; it is only written during early boot and cpu hot-add.
+        let possible = unsafe { Cpumask::from_raw(&raw const bindings::__cpu_possible_mask) };
+        possible.test(cpu)
+    }
+
+    fn offset(&self, cpu: u32) -> usize {
+        // SAFETY: `__per_cpu_offset` has `NR_CPUS` entries, set up at boot and read-only
+        // afterwards; `resolve()` asks only for a possible cpu, below `nr_cpu_ids`, which
+        // is at most `NR_CPUS` (the index is checked all the same).
+        unsafe { bindings::__per_cpu_offset[cpu as usize] }
+    }
+}
+
+/// Returns `cpu`'s copy of the per-cpu variable at `ptr`, or NULL (see `percpu_core`).
+///
+/// Called by the `bpf_rkf_per_cpu_ptr()` kfunc.  `ptr` comes from a BPF program unchecked;
+/// it is only used as a number here, never dereferenced.
+#[no_mangle]
+pub(crate) extern "C" fn rkf_percpu_resolve(ptr: *const c_void, cpu: u32) -> *mut c_void {
+    match percpu_core::resolve(&KernelCpus, ptr as usize, cpu) {
+        Some(addr) => addr as *mut c_void,
+        None => core::ptr::null_mut(),
+    }
+}
+
+/// Returns the current cpu's copy of the per-cpu variable at `ptr`, or NULL for NULL.
+///
+/// Called by the `bpf_rkf_this_cpu_ptr()` kfunc.  BPF programs run with migration
+/// disabled, so the cpu read here is the one the program keeps running on.
+#[no_mangle]
+pub(crate) extern "C" fn rkf_percpu_resolve_this(ptr: *const c_void) -> *mut c_void {
+    rkf_percpu_resolve(ptr, CpuId::current().as_u32())
+}
+
+/// Initialises every possible cpu's copy of `rkf_percpu_probe`, the module's own per-cpu
+/// variable, which tests read from BPF to check resolution against the module's view.
+pub(crate) fn init_probe() {
+    let base = (&raw mut shim::rkf_percpu_probe).cast::<c_void>();
+    for cpu in 0..kernel::cpu::nr_cpu_ids() {
+        let copy = rkf_percpu_resolve(base, cpu).cast::<shim::RkfPercpuProbe>();
+        if copy.is_null() {
+            continue;
+        }
+        // SAFETY: `copy` is `cpu`'s copy of a per-cpu variable of this module, valid for
+        // the module's lifetime; nothing reads it before module init has returned.
+        unsafe {
+            copy.write(shim::RkfPercpuProbe {
+                cpu,
+                magic: shim::RKF_PERCPU_PROBE_MAGIC,
+                self_: copy as u64,
+            })
+        };
+    }
+}

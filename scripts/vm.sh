@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# vm.sh FLAVOUR [--bench] -- GUEST-CMD [ARGS...]
+#
+# Boot the cached FLAVOUR kernel (test or bench) with virtme-ng, 2 vCPUs, the host's root
+# file system read-only over 9p, and run GUEST-CMD as root inside it (through
+# guest-wrap.sh) with RKF_OUT naming a host directory the guest writes into, and RKF_MODDIR
+# the directory of the modules built for this kernel.  The guest leaves in RKF_OUT:
+#   output.txt  everything the command printed (shown on the host afterwards)
+#   ktap.txt    the KTAP output, if the command runs tests
+#   dmesg.txt   the kernel log at the end of the run
+#   status      the guest command's exit status
+#
+# The exit status is the guest's, never vng's (vng exits 255 in console mode whatever the
+# guest did).  The run fails when the VM cannot boot, when the guest leaves no status, on
+# timeout (RKF_VM_TIMEOUT, default 1200 s), and on any WARNING/BUG/Oops/KASAN/lockdep/RCU
+# splat in the kernel log, whatever the tests said.
+#
+# TCG is the default.  KVM is used only when a probe boot proved it works on this host
+# (nested KVM hangs on some); RKF_KVM=0 or 1 forces the choice.  --bench boots with
+# -icount shift=0, so guest time counts instructions and ratios repeat across runs.
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+
+flavour=${1:?flavour}; shift
+bench=0
+if [[ ${1:-} == --bench ]]; then bench=1; shift; fi
+[[ ${1:-} == -- ]] && shift
+(($#)) || die "usage: vm.sh FLAVOUR [--bench] -- GUEST-CMD [ARGS...]"
+
+kdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$flavour") || exit 1
+image=$kdir/arch/x86/boot/bzImage
+command -v vng >/dev/null || die "vng (virtme-ng) is not installed: run scripts/install-deps.sh"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is not installed: run scripts/install-deps.sh"
+
+out=$RKF_ROOT/build/vm/$flavour-$(date +%Y%m%d-%H%M%S)-$$
+mkdir -p "$out"
+ln -sfn "$out" "$RKF_ROOT/build/vm/last-$flavour"
+
+# Boot a tiny command under KVM once per host boot; use KVM only if it comes back.
+kvm_works() {
+	case ${RKF_KVM:-auto} in 0) return 1 ;; 1) return 0 ;; esac
+	((bench)) && return 1 # icount needs TCG
+	[[ -w /dev/kvm ]] || return 1
+	local probe=$RKF_CACHE/kvm-probe boot_id
+	boot_id=$(cat /proc/sys/kernel/random/boot_id)
+	if [[ -f $probe ]] && [[ $(head -1 "$probe") == "$boot_id" ]]; then
+		[[ $(tail -1 "$probe") == ok ]]; return
+	fi
+	log "probing KVM with a 60 s test boot"
+	local d
+	d=$(mktemp -d)
+	timeout -k 5 60 vng --run "$image" --cpus 1 --memory 512M --user root \
+		--rwdir "$d" --exec "echo ok > $d/ok" </dev/null >/dev/null 2>&1
+	local res=fail
+	[[ -f $d/ok ]] && res=ok
+	rm -rf "$d"
+	mkdir -p "$RKF_CACHE"
+	printf '%s\n%s\n' "$boot_id" "$res" >"$probe"
+	log "KVM probe: $res"
+	[[ $res == ok ]]
+}
+
+vng_args=(--run "$image" --cpus 2 --memory 2G --user root --rwdir "$out" --verbose)
+qemu_opts=()
+if kvm_works; then
+	accel=kvm
+else
+	accel=tcg
+	vng_args+=(--disable-kvm)
+fi
+((bench)) && qemu_opts+=(-icount shift=0,sleep=off)
+((${#qemu_opts[@]})) && vng_args+=(--qemu-opts "${qemu_opts[*]}")
+
+# The guest runs the command through this wrapper, which records the status and dmesg.
+guest_cmd="RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
+RKF_KSRC_PKG=$RKF_KSRC_PKG RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version) \
+$RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
+
+timeout_s=${RKF_VM_TIMEOUT:-1200}
+log "booting the $flavour kernel ($accel, 2 vCPUs${bench:+, icount}) — console log: $out/console.log"
+start=$SECONDS
+timeout -k 10 "$timeout_s" vng "${vng_args[@]}" --exec "$guest_cmd" </dev/null >"$out/console.log" 2>&1
+vng_rc=$?
+log "VM exited after $((SECONDS - start)) s"
+
+fail=0
+if ((vng_rc == 124 || vng_rc == 137)); then
+	log "the VM did not finish within ${timeout_s} s (RKF_VM_TIMEOUT)"
+	fail=1
+fi
+[[ -f $out/output.txt ]] && cat "$out/output.txt"
+if [[ ! -f $out/status ]]; then
+	tail -30 "$out/console.log" >&2
+	die "the VM did not run the guest command to the end (no status from the guest; vng exit $vng_rc).
+See $out/console.log.  rkf cannot test anything without a VM: this run fails."
+fi
+status=$(cat "$out/status")
+
+# Kernel splats fail the run, whatever the tests said.
+splat='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|hung_task|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:'
+dmesg_file=$out/dmesg.txt
+[[ -f $dmesg_file ]] || dmesg_file=$out/console.log
+if grep -E "$splat" "$dmesg_file" >"$out/splats.txt"; then
+	log "kernel splat(s) in $dmesg_file:"
+	head -60 "$out/splats.txt" >&2
+	fail=1
+else
+	log "dmesg is clean (no WARNING/BUG/Oops/KASAN/lockdep/RCU splat)"
+fi
+
+if [[ -f $out/ktap.txt ]]; then
+	# Top-level results only: subtests are indented.
+	pass=$(grep -cE '^ok [0-9]+' "$out/ktap.txt")
+	skip=$(grep -cE '^ok [0-9]+ .*# SKIP' "$out/ktap.txt")
+	failed=$(grep -cE '^not ok [0-9]+' "$out/ktap.txt")
+	plan=$(grep -oE '^1\.\.[0-9]+' "$out/ktap.txt" | head -1 | cut -c4-)
+	pass=$((pass - skip))
+	if [[ -z $plan ]] || ((pass + skip + failed != plan)); then
+		log "KTAP plan says ${plan:-nothing} tests but $((pass + skip + failed)) reported"
+		fail=1
+	fi
+	echo "$flavour-vm: $pass passed, $failed failed, $skip skipped"
+fi
+if ((status != 0)); then
+	log "guest command exited $status"
+	fail=1
+fi
+((fail == 0)) || die "VM run failed; artifacts in $out"
+log "VM run passed; artifacts in $out"

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf-selftests: the rkf kselftests, printing KTAP.
+//!
+//! Runs on a machine (normally the test VM) with the rkf modules loaded, as root.
+//! Exit status as kselftest expects: 0 all passed, 1 a test failed, 4 nothing ran.
+
+use clap::Parser;
+
+mod harness;
+mod percpu;
+
+mod skel {
+    #![allow(clippy::all, missing_docs, non_camel_case_types)]
+    pub mod percpu {
+        include!(concat!(env!("OUT_DIR"), "/percpu.skel.rs"));
+    }
+    pub mod percpu_fail {
+        include!(concat!(env!("OUT_DIR"), "/percpu_fail.skel.rs"));
+    }
+    pub mod percpu_types {
+        include!(concat!(env!("OUT_DIR"), "/percpu_types.skel.rs"));
+    }
+}
+
+#[derive(Parser)]
+#[command(name = "rkf-selftests", about = "rkf kselftests (KTAP)")]
+struct Args {
+    /// List the tests and exit.
+    #[arg(long)]
+    list: bool,
+    /// Run only the tests whose name contains NAME.
+    #[arg(short = 't', long = "test", value_name = "NAME")]
+    test: Option<String>,
+}
+
+fn all_tests() -> Vec<&'static harness::Test> {
+    percpu::TESTS.iter().collect()
+}
+
+fn main() {
+    let args = Args::parse();
+    let tests: Vec<harness::Test> = all_tests()
+        .into_iter()
+        .map(|t| harness::Test { name: t.name, run: t.run })
+        .collect();
+    if args.list {
+        for t in &tests {
+            println!("{}", t.name);
+        }
+        return;
+    }
+    harness::capture_libbpf_log();
+    std::process::exit(harness::run(&tests, args.test.as_deref()));
+}

@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_percpu: `bpf_rkf_per_cpu_ptr()` and `bpf_rkf_this_cpu_ptr()`.
+//!
+//! A port of the upstream ksyms_btf checks (tools/testing/selftests/bpf/prog_tests/
+//! ksyms_btf.c) to the kfuncs, with the in-kernel helpers as the oracle in the same program.
+
+use std::{mem::MaybeUninit, time::Duration};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{
+    skel::{OpenSkel, Skel, SkelBuilder},
+    Link, ProgramInput, ProgramType,
+};
+
+use crate::{
+    check, check_eq, diag,
+    harness::{take_libbpf_log, Test},
+    skel::{percpu::*, percpu_fail::*, percpu_types::*},
+};
+use rkf::{cpus, kallsyms::Kallsyms, modules, percpu as cli};
+
+/// rkf_percpu's `RKF_PERCPU_PROBE_MAGIC`.
+const PROBE_MAGIC: u32 = 0x726b_6670;
+/// `MAX_CPUS` of percpu.bpf.c.
+const MAX_CPUS: u32 = 64;
+
+pub const TESTS: &[Test] = &[
+    Test { name: "percpu_module_btf", run: module_btf },
+    Test { name: "percpu_every_possible_cpu", run: every_possible_cpu },
+    Test { name: "percpu_this_cpu", run: this_cpu },
+    Test { name: "percpu_prog_active", run: prog_active },
+    Test { name: "percpu_kallsyms", run: kallsyms },
+    Test { name: "percpu_out_of_range", run: out_of_range },
+    Test { name: "percpu_module_variable", run: module_variable },
+    Test { name: "percpu_differential", run: differential },
+    Test { name: "percpu_null_check_enforced", run: null_check_enforced },
+    Test { name: "percpu_raw_result_is_scalar", run: raw_result_is_scalar },
+    Test { name: "percpu_read_only", run: read_only },
+    Test { name: "percpu_prog_type_not_registered", run: prog_type_not_registered },
+    Test { name: "percpu_prog_types", run: prog_types },
+    Test { name: "percpu_cli_read", run: cli_read },
+    Test { name: "percpu_cli_errors", run: cli_errors },
+];
+
+/// Everything percpu_all() wrote, for one run.
+struct All {
+    nr_cpus: u32,
+    bss: crate::skel::percpu::types::bss,
+}
+
+fn run_all() -> Result<All> {
+    modules::require("rkf_percpu")?;
+    let nr_cpus = cpus::nr_cpu_ids()?;
+    check!(nr_cpus <= MAX_CPUS, "percpu.bpf.c handles at most {MAX_CPUS} cpus, the system has {nr_cpus}");
+    let ksyms = Kallsyms::load()?;
+    let mut obj = MaybeUninit::uninit();
+    let open = PercpuSkelBuilder::default().open(&mut obj)?;
+    let mut skel = open.load().context("loading percpu.bpf.c")?;
+    {
+        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        bss.nr_cpus = nr_cpus;
+        bss.per_cpu_offset_addr = ksyms.lookup("__per_cpu_offset", None)?;
+    }
+    let out = skel.progs.percpu_all.test_run(ProgramInput::default())?;
+    check_eq!(out.return_value, 0, "percpu_all() return value");
+    let bss = *skel.maps.bss_data.as_deref().context("no .bss")?;
+    Ok(All { nr_cpus, bss })
+}
+
+fn module_btf() -> Result<()> {
+    modules::require("rkf_percpu")?;
+    let var = rkf::btf::PercpuVar::find("rkf_percpu_probe")?;
+    check_eq!(var.module.as_deref(), Some("rkf_percpu"), "owner of rkf_percpu_probe");
+    check_eq!(var.type_name, "struct rkf_percpu_probe".to_string(), "type of rkf_percpu_probe");
+    Ok(())
+}
+
+fn every_possible_cpu() -> Result<()> {
+    let a = run_all()?;
+    let possible = cpus::possible()?;
+    check!(possible.len() >= 2, "the VM should have 2 vCPUs, /sys says {possible:?}");
+    for cpu in possible {
+        let c = cpu as usize;
+        diag!("cpu {cpu}: per_cpu_ptr(&runqueues) = {:#x}, ->cpu = {}", a.bss.rq_kfunc[c], a.bss.rq_cpu[c]);
+        check_eq!(a.bss.rq_cpu[c], cpu as i32, "rkf_per_cpu_ptr(runqueues, {cpu})->cpu");
+        check_eq!(a.bss.rq_cpu_btf[c], cpu as i32, "rkf_per_cpu_btf_ptr(runqueues, {cpu})->cpu");
+    }
+    Ok(())
+}
+
+fn this_cpu() -> Result<()> {
+    let a = run_all()?;
+    let b = &a.bss;
+    let cpu = b.this_cpu;
+    check!(cpu < a.nr_cpus, "bpf_get_smp_processor_id() = {cpu}");
+    check_eq!(b.this_rq_kfunc, b.rq_kfunc[cpu as usize], "this_cpu_ptr(&runqueues) vs per_cpu_ptr(.., {cpu})");
+    check_eq!(b.this_rq_kfunc, b.this_rq_helper, "bpf_rkf_this_cpu_ptr vs bpf_this_cpu_ptr (runqueues)");
+    check_eq!(b.this_rq_cpu, cpu as i32, "rkf_this_cpu_ptr(runqueues)->cpu");
+    Ok(())
+}
+
+fn prog_active() -> Result<()> {
+    let a = run_all()?;
+    let b = &a.bss;
+    check_eq!(b.this_active_kfunc, b.this_active_helper, "this-cpu &bpf_prog_active, kfunc vs helper");
+    check_eq!(b.this_active_val, b.this_active_val_helper, "this-cpu bpf_prog_active read through the typed pointer");
+    for cpu in cpus::possible()? {
+        let c = cpu as usize;
+        diag!("cpu {cpu}: bpf_prog_active = {} (helper {})", b.active_val[c], b.active_val_helper[c]);
+        check_eq!(b.active_val[c], b.active_val_helper[c], "bpf_prog_active of cpu {cpu}");
+        check!((0..1000).contains(&b.active_val[c]), "bpf_prog_active of cpu {cpu} is a small count");
+    }
+    Ok(())
+}
+
+fn kallsyms() -> Result<()> {
+    let a = run_all()?;
+    let b = &a.bss;
+    let k = Kallsyms::load()?;
+    let rq = k.lookup("runqueues", None)?;
+    let active = k.lookup("bpf_prog_active", None)?;
+    check_eq!(b.runqueues_addr, rq, "&runqueues vs /proc/kallsyms");
+    check_eq!(b.prog_active_addr, active, "&bpf_prog_active vs /proc/kallsyms");
+    for cpu in cpus::possible()? {
+        let c = cpu as usize;
+        let off = b.pcpu_offset[c];
+        diag!("cpu {cpu}: __per_cpu_offset = {off:#x}");
+        check!(off != 0 || cpu == 0, "__per_cpu_offset[{cpu}] is set");
+        check_eq!(b.rq_kfunc[c], rq.wrapping_add(off), "per_cpu_ptr(&runqueues, {cpu}) vs kallsyms + offset");
+        check_eq!(b.active_kfunc[c], active.wrapping_add(off), "per_cpu_ptr(&bpf_prog_active, {cpu}) vs kallsyms + offset");
+    }
+    Ok(())
+}
+
+fn out_of_range() -> Result<()> {
+    let a = run_all()?;
+    for (i, what) in ["cpu == nr_cpu_ids", "cpu == nr_cpu_ids + 1", "cpu == U32_MAX", "ptr == NULL"]
+        .iter()
+        .enumerate()
+    {
+        check_eq!(a.bss.null_results[i], 0, "bpf_rkf_per_cpu_ptr() with {what}");
+    }
+    Ok(())
+}
+
+fn module_variable() -> Result<()> {
+    let a = run_all()?;
+    let b = &a.bss;
+    let k = Kallsyms::load()?;
+    check_eq!(b.probe_addr, k.lookup("rkf_percpu_probe", Some("rkf_percpu"))?, "&rkf_percpu_probe vs /proc/kallsyms");
+    for cpu in cpus::possible()? {
+        let c = cpu as usize;
+        check_eq!(b.probe_magic[c], PROBE_MAGIC, "rkf_percpu_probe.magic on cpu {cpu}");
+        check_eq!(b.probe_cpu[c], cpu, "rkf_percpu_probe.cpu on cpu {cpu}");
+        check_eq!(b.probe_kfunc[c], b.probe_self[c], "kfunc result vs the module's own address on cpu {cpu}");
+    }
+    Ok(())
+}
+
+fn differential() -> Result<()> {
+    let a = run_all()?;
+    let b = &a.bss;
+    for cpu in 0..a.nr_cpus {
+        let c = cpu as usize;
+        check_eq!(b.rq_kfunc[c], b.rq_helper[c], "&runqueues on cpu {cpu}: kfunc vs bpf_per_cpu_ptr");
+        check_eq!(b.active_kfunc[c], b.active_helper[c], "&bpf_prog_active on cpu {cpu}: kfunc vs bpf_per_cpu_ptr");
+        check_eq!(b.rq_cpu[c], b.rq_cpu_helper[c], "runqueues.cpu on cpu {cpu}: kfunc vs helper pointer");
+    }
+    Ok(())
+}
+
+/// Loads only `prog` of percpu_fail.bpf.c and returns the verifier's complaint.
+fn load_failing(prog: &str) -> Result<String> {
+    modules::require("rkf_percpu")?;
+    let mut obj = MaybeUninit::uninit();
+    let mut open = PercpuFailSkelBuilder::default().open(&mut obj)?;
+    let mut found = false;
+    for mut p in open.open_object_mut().progs_mut() {
+        let this = p.name() == prog;
+        found |= this;
+        p.set_autoload(this);
+    }
+    check!(found, "percpu_fail.bpf.c has a program {prog}");
+    take_libbpf_log();
+    let loaded = open.load().is_ok();
+    check!(!loaded, "{prog} loaded, but the verifier must reject it");
+    Ok(take_libbpf_log())
+}
+
+fn expect_rejected(prog: &str, msg: &str) -> Result<()> {
+    let log = load_failing(prog)?;
+    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    diag!("{prog}: ... {last}");
+    check!(log.contains(msg), "{prog}: the verifier log should say {msg:?}; it ends with {last:?}");
+    Ok(())
+}
+
+fn null_check_enforced() -> Result<()> {
+    expect_rejected("deref_without_null_check", "invalid mem access 'scalar'")?;
+    expect_rejected("deref_scalar_without_null_check", "invalid mem access 'scalar'")
+}
+
+fn raw_result_is_scalar() -> Result<()> {
+    expect_rejected("deref_raw_result", "invalid mem access 'scalar'")
+}
+
+fn read_only() -> Result<()> {
+    expect_rejected("write_through_pointer", "cannot write into rdonly_untrusted_mem")
+}
+
+fn prog_type_not_registered() -> Result<()> {
+    expect_rejected("socket_filter", "calling kernel function bpf_rkf_per_cpu_ptr is not allowed")
+}
+
+fn perf_event_open_cpu_clock() -> Result<i32> {
+    // SAFETY: perf_event_attr is plain data; all-zero is a valid start.
+    let mut attr: libc_perf::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = libc_perf::PERF_TYPE_SOFTWARE;
+    attr.size = std::mem::size_of::<libc_perf::perf_event_attr>() as u32;
+    attr.config = libc_perf::PERF_COUNT_SW_CPU_CLOCK;
+    attr.sample_period = 200_000; // ns
+    // SAFETY: a valid attr; this thread, any cpu, no group, no flags.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, &attr as *const _, 0, -1, -1, 0)
+    };
+    check!(fd >= 0, "perf_event_open(cpu-clock): {}", std::io::Error::last_os_error());
+    Ok(fd as i32)
+}
+
+fn prog_types() -> Result<()> {
+    const KINDS: [(&str, ProgramType); 6] = [
+        ("fentry", ProgramType::Tracing),
+        ("kprobe", ProgramType::Kprobe),
+        ("raw_tp", ProgramType::RawTracepoint),
+        ("tp_btf", ProgramType::Tracing),
+        ("tracepoint", ProgramType::Tracepoint),
+        ("perf_event", ProgramType::PerfEvent),
+    ];
+    modules::require("rkf_percpu")?;
+    let mut obj = MaybeUninit::uninit();
+    let mut open = PercpuTypesSkelBuilder::default().open(&mut obj)?;
+    open.maps.bss_data.as_deref_mut().context("no .bss")?.target_tgid = std::process::id();
+    let mut skel = open.load().context("loading percpu_types.bpf.c")?;
+    let types = [
+        skel.progs.fentry_prog.prog_type(),
+        skel.progs.kprobe_prog.prog_type(),
+        skel.progs.raw_tp_prog.prog_type(),
+        skel.progs.tp_btf_prog.prog_type(),
+        skel.progs.tracepoint_prog.prog_type(),
+        skel.progs.perf_event_prog.prog_type(),
+    ];
+    for ((name, want), got) in KINDS.iter().zip(types) {
+        check_eq!(got, *want, "program type of the {name} program");
+    }
+    skel.attach().context("attaching")?;
+    let pfd = perf_event_open_cpu_clock()?;
+    let _perf: Link = skel.progs.perf_event_prog.attach_perf_event(pfd).context("attaching perf_event")?;
+    // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock samples).
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(1));
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+    }
+    drop(_perf);
+    // SAFETY: `pfd` is our perf event fd, closed once.
+    unsafe { libc::close(pfd) };
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    for (i, (name, _)) in KINDS.iter().enumerate() {
+        diag!("{name}: {} calls, {} wrong", bss.hits[i], bss.bad[i]);
+        check!(bss.hits[i] > 0, "the {name} program ran");
+        check_eq!(bss.bad[i], 0, "{name}: calls where the resolved runqueue was not this cpu's");
+    }
+    Ok(())
+}
+
+fn cli_read() -> Result<()> {
+    let t = cli::Target::resolve("runqueues.cpu")?;
+    check_eq!(t.field.type_name, "int".to_string(), "type of runqueues.cpu");
+    let readings = cli::read(&t)?;
+    check_eq!(readings.len(), cpus::possible()?.len(), "readings");
+    for r in readings {
+        let v = cli::format_value(t.field.kind, r.value.as_ref().map_err(|e| anyhow::anyhow!("read error {e}"))?);
+        check_eq!(v, r.cpu.to_string(), "rkf percpu runqueues.cpu on cpu {}", r.cpu);
+    }
+    // A field of a module's variable.
+    let t = cli::Target::resolve("rkf_percpu_probe.magic")?;
+    for r in cli::read(&t)? {
+        let v = cli::format_value(t.field.kind, r.value.as_ref().map_err(|e| anyhow::anyhow!("read error {e}"))?);
+        check_eq!(v, PROBE_MAGIC.to_string(), "rkf percpu rkf_percpu_probe.magic on cpu {}", r.cpu);
+    }
+    Ok(())
+}
+
+fn cli_errors() -> Result<()> {
+    let cases = [
+        ("no_such_symbol_rkf", "no per-cpu variable no_such_symbol_rkf"),
+        ("runqueues.no_such_field", "struct rq has no field no_such_field"),
+        ("runqueues.cpu.x", "runqueues.cpu is int, which has no fields"),
+        ("runqueues..cpu", "empty field name"),
+        ("", "expected SYMBOL[.FIELD]"),
+    ];
+    for (spec, want) in cases {
+        let err = match cli::Target::resolve(spec) {
+            Ok(_) => anyhow::bail!("rkf percpu {spec:?} resolved, but must fail"),
+            Err(e) => format!("{e:#}"),
+        };
+        diag!("rkf percpu {spec:?}: {err}");
+        check!(err.contains(want), "rkf percpu {spec:?}: expected an error with {want:?}, got {err:?}");
+    }
+    Ok(())
+}
+
+mod libc_perf {
+    //! The bits of <linux/perf_event.h> this test needs.
+    pub const PERF_TYPE_SOFTWARE: u32 = 1;
+    pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+    #[repr(C)]
+    pub struct perf_event_attr {
+        pub type_: u32,
+        pub size: u32,
+        pub config: u64,
+        pub sample_period: u64,
+        pub rest: [u64; 13],
+    }
+}

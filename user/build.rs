@@ -1,0 +1,3 @@
+fn main() {
+    rkf_bpf_build::build_skeletons("bpf");
+}
