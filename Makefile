@@ -59,8 +59,8 @@ user: kernel-test
 	cargo build --release --locked --workspace --bins
 	cargo clippy --release --locked --workspace --all-targets -- -D warnings
 
-host-test:
-	cargo test --release --locked -p rkf-core
+host-test: user
+	cargo test --release --locked -p rkf-core -p rkf
 
 vm-test: modules user
 	scripts/vm.sh test -- tests/guest-selftests.sh

@@ -41,6 +41,8 @@ __u64 null_results[4];
 SEC("syscall")
 int percpu_all(void *ctx)
 {
+	const struct rq *this_rq;
+	const int *this_active;
 	__u32 cpu;
 
 	runqueues_addr = (__u64)&runqueues;
@@ -83,10 +85,12 @@ int percpu_all(void *ctx)
 	this_cpu = bpf_get_smp_processor_id();
 	this_rq_kfunc = (__u64)bpf_rkf_this_cpu_ptr(&runqueues);
 	this_rq_helper = (__u64)bpf_this_cpu_ptr(&runqueues);
-	this_rq_cpu = rkf_this_cpu_ptr(runqueues) ? rkf_this_cpu_ptr(runqueues)->cpu : -1;
+	this_rq = rkf_this_cpu_ptr(runqueues);
+	this_rq_cpu = this_rq ? this_rq->cpu : -1;
 	this_active_kfunc = (__u64)bpf_rkf_this_cpu_ptr(&bpf_prog_active);
 	this_active_helper = (__u64)bpf_this_cpu_ptr(&bpf_prog_active);
-	this_active_val = rkf_this_cpu_ptr(bpf_prog_active) ? *rkf_this_cpu_ptr(bpf_prog_active) : -1;
+	this_active = rkf_this_cpu_ptr(bpf_prog_active);
+	this_active_val = this_active ? *this_active : -1;
 	this_active_val_helper = *(const int *)bpf_this_cpu_ptr(&bpf_prog_active);
 
 	null_results[0] = (__u64)bpf_rkf_per_cpu_ptr(&runqueues, nr_cpus);

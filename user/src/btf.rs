@@ -130,11 +130,20 @@ impl RawBtf {
     }
 
     /// Whether VAR `var_id` is in this object's per-cpu section.
+    ///
+    /// The section is looked up among this object's own types: a module's BTF has a
+    /// `.data..percpu` of its own besides the one of its base, vmlinux.
     fn is_percpu(&self, var_id: u32) -> Result<bool> {
-        let Some(sec) = self.find(PERCPU_SECTION, sys::BTF_KIND_DATASEC) else {
-            return Ok(false);
-        };
-        Ok(self.secinfos(self.ty(sec)?).iter().any(|v| v.type_ == var_id))
+        for id in self.start_id..self.type_cnt() {
+            let t = self.ty(id)?;
+            if kind(t) == sys::BTF_KIND_DATASEC
+                && self.name(t.name_off) == PERCPU_SECTION
+                && self.secinfos(t).iter().any(|v| v.type_ == var_id)
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// A readable name for type `id` (`struct rq`, `unsigned int`, `u64 *`, ...).
