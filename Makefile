@@ -8,7 +8,8 @@
 #   make modules    build the modules for KDIR (default: the cached test kernel)
 #   make kernel     build (or find in the cache) the test and bench kernels
 #   make user       build the rkf CLI and the selftest runner
-#   make host-test  cargo test of the pure-Rust parts
+#   make host-test  cargo test of the pure-Rust parts, and the bad-input checks
+#   make lint       rustfmt, cargo fmt, checkpatch
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make clean
 
@@ -24,8 +25,8 @@ export RKF_WERROR
 
 MODULES := rkf_percpu
 
-.PHONY: all deps kernel kernel-test kernel-bench modules user host-test vm-test check run \
-	clean help
+.PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
+	host-test lint vm-test check run clean help
 
 all: modules user
 
@@ -44,13 +45,17 @@ kernel-test kernel-bench: kernel-%: deps
 # Objects go to build/<name of KDIR>/ so that one checkout builds for several kernels.
 ifeq ($(origin KDIR),undefined)
 modules: kernel-test
-modules: KDIR = $(shell scripts/kernel.sh dir test)
+modules: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
 endif
 modules:
 	@scripts/check-kdir.sh "$(KDIR)"
 	@mkdir -p "$(BUILD)/$(notdir $(KDIR))"
 	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))" LLVM=1 CLIPPY=1 modules
 	@scripts/check-btf.sh "$(BUILD)/$(notdir $(KDIR))" $(MODULES)
+
+# The modules for each cached kernel.
+modules-test modules-bench: modules-%: kernel-%
+	@$(MAKE) --no-print-directory modules KDIR="$$(scripts/kernel.sh dir $*)"
 
 # ---- userspace -------------------------------------------------------------------
 # BPF programs are compiled against a vmlinux.h generated from the kernel being tested.
@@ -61,14 +66,18 @@ user: kernel-test
 
 host-test: user
 	cargo test --release --locked -p rkf-core -p rkf
+	tests/host-bad-input.sh
 
-vm-test: modules user
+lint: kernel-test
+	scripts/lint.sh
+
+# The bench kernel's modules are needed too: a test checks that the test kernel refuses them.
+vm-test: modules-test modules-bench user
 	scripts/vm.sh test -- tests/guest-selftests.sh
 
-check: deps host-test vm-test run
+check: deps lint host-test vm-test run
 
-run: kernel-bench user
-	@$(MAKE) --no-print-directory modules KDIR="$$(scripts/kernel.sh dir bench)"
+run: modules-bench user
 	scripts/vm.sh bench -- tests/guest-demo.sh
 
 clean:

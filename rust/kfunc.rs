@@ -74,7 +74,9 @@ impl KfuncRegistration {
             core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
         };
         if ids.is_empty() || ids.iter().any(|p| p.id == 0) {
-            pr_err!("the kfunc set has unresolved BTF ids: resolve_btfids did not run on the module\n");
+            pr_err!(
+                "the kfunc set has unresolved BTF ids: resolve_btfids did not run on the module\n"
+            );
             return Err(EINVAL);
         }
 

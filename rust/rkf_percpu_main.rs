@@ -12,7 +12,10 @@ use kernel::prelude::*;
 mod kfunc;
 mod percpu;
 #[path = "core/src/percpu.rs"]
-#[expect(unreachable_pub, reason = "shared with the rkf-core host crate, where it is public")]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the rkf-core host crate, where it is public"
+)]
 mod percpu_core;
 mod shim;
 

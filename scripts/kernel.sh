@@ -6,6 +6,7 @@
 #   kernel.sh fetch            download and unpack Debian's linux-source-7.3 (trixie-backports)
 #   kernel.sh build FLAVOUR    build the "test" or "bench" kernel into the cache (no-op when cached)
 #   kernel.sh dir FLAVOUR      print the build directory (KDIR) of a built flavour
+#   kernel.sh src              print the patched source tree (fetching it if needed)
 #   kernel.sh version          print the exact source package version in use
 #
 # The cache lives in $RKF_CACHE (default ~/.cache/rkf).  A build directory is keyed by a
@@ -62,6 +63,14 @@ cmd_fetch() {
 	touch "$dir/.rkf-unpacked"
 }
 
+# The export patch series, in order (none is fine).
+patches() {
+	local p
+	for p in "$KCONF"/patches/*.patch; do
+		if [[ -e $p ]]; then echo "$p"; fi
+	done
+}
+
 fragments() {
 	local flavour=$1
 	case $flavour in
@@ -84,13 +93,22 @@ build_key() {
 	{
 		echo "source $RKF_KSRC_PKG $(src_version)"
 		echo "flavour $flavour"
-		for p in "$KCONF"/patches/*.patch; do [[ -e $p ]] && sha256sum <"$p"; done
+		for p in $(patches); do sha256sum <"$p"; done
 		for f in $(fragments "$flavour"); do sha256sum <"$f"; done
 		toolchain_id
 	} | sha256sum | cut -c1-16
 }
 
 build_dir() { echo "$RKF_CACHE/build/$1-$(src_version)-$(build_key "$1")"; }
+
+# The export series may only add EXPORT_SYMBOL_GPL lines.
+check_export_only() {
+	local bad
+	bad=$(grep -E '^[+-]' "$1" | grep -vE '^(\+\+\+|---) ' |
+	      grep -vE '^\+EXPORT_SYMBOL_GPL\([A-Za-z0-9_]+\);$' | grep -vE '^\+$' || true)
+	[[ -z $bad ]] || die "$(basename "$1") changes more than EXPORT_SYMBOL_GPL lines:
+$bad"
+}
 
 # The patched tree that builds use.  It is one tree, kept at one path, so that a build
 # directory seeded from an earlier build (see cmd_build) stays valid: only the files whose
@@ -100,14 +118,14 @@ patched_src() {
 	local src dst sum
 	src=$(src_dir)
 	dst=$src-rkf
-	sum=$(cat "$KCONF"/patches/*.patch 2>/dev/null | sha256sum | cut -c1-16)
+	sum=$(patches | xargs -r cat | sha256sum | cut -c1-16)
 	if [[ ! -f $dst/.rkf-patched ]] || [[ $(cat "$dst/.rkf-patched") != "$sum" ]]; then
 		log "syncing the source to $dst"
 		mkdir -p "$dst"
 		rm -f "$dst/.rkf-patched"
 		rsync -rlD --checksum --delete --exclude=/.rkf-patched "$src/" "$dst/"
-		for p in "$KCONF"/patches/*.patch; do
-			[[ -e $p ]] || continue
+		for p in $(patches); do
+			check_export_only "$p"
 			log "applying $(basename "$p")"
 			patch -d "$dst" -p1 --quiet --forward <"$p" ||
 				die "patch $(basename "$p") does not apply to $(src_version)"
@@ -185,6 +203,7 @@ case ${1:-} in
 fetch) cmd_fetch ;;
 build) cmd_build "${2:?flavour}" ;;
 dir) cmd_dir "${2:?flavour}" ;;
+src) cmd_fetch; patched_src ;;
 version) src_version ;;
-*) die "usage: $0 {fetch|build FLAVOUR|dir FLAVOUR|version}" ;;
+*) die "usage: $0 {fetch|build FLAVOUR|dir FLAVOUR|src|version}" ;;
 esac

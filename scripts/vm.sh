@@ -81,7 +81,14 @@ fi
 ((${#qemu_opts[@]})) && vng_args+=(--qemu-opts "${qemu_opts[*]}")
 
 # The guest runs the command through this wrapper, which records the status and dmesg.
-guest_cmd="RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
+# Modules built for the other flavour, for the test that the kernel refuses them.
+other=bench
+[[ $flavour == bench ]] && other=test
+foreign=
+if okdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$other" 2>/dev/null); then
+	foreign="RKF_FOREIGN_MODDIR=$RKF_ROOT/build/$(basename "$okdir")"
+fi
+guest_cmd="$foreign RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
 RKF_KSRC_PKG=$RKF_KSRC_PKG RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version) \
 $RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
 

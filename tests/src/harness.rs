@@ -98,7 +98,14 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
                     println!("# {}: {line}", t.name);
                 }
                 let log = take_libbpf_log();
-                for line in log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev() {
+                for line in log
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                {
                     println!("# libbpf: {line}");
                 }
                 println!("not ok {} {}", i + 1, t.name);
@@ -106,7 +113,10 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
         }
         std::io::stdout().flush().ok();
     }
-    println!("# totals: pass:{} fail:{failed} skip:0", selected.len() - failed);
+    println!(
+        "# totals: pass:{} fail:{failed} skip:0",
+        selected.len() - failed
+    );
     match (selected.len(), failed) {
         (0, _) => 4,
         (_, 0) => 0,

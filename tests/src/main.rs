@@ -8,6 +8,8 @@
 use clap::Parser;
 
 mod harness;
+mod kmod;
+mod lifecycle;
 mod percpu;
 
 mod skel {
@@ -35,14 +37,18 @@ struct Args {
 }
 
 fn all_tests() -> Vec<&'static harness::Test> {
-    percpu::TESTS.iter().collect()
+    // The lifecycle tests reload the modules: they go last.
+    percpu::TESTS.iter().chain(lifecycle::TESTS).collect()
 }
 
 fn main() {
     let args = Args::parse();
     let tests: Vec<harness::Test> = all_tests()
         .into_iter()
-        .map(|t| harness::Test { name: t.name, run: t.run })
+        .map(|t| harness::Test {
+            name: t.name,
+            run: t.run,
+        })
         .collect();
     if args.list {
         for t in &tests {

@@ -26,33 +26,81 @@ const PROBE_MAGIC: u32 = 0x726b_6670;
 const MAX_CPUS: u32 = 64;
 
 pub const TESTS: &[Test] = &[
-    Test { name: "percpu_module_btf", run: module_btf },
-    Test { name: "percpu_every_possible_cpu", run: every_possible_cpu },
-    Test { name: "percpu_this_cpu", run: this_cpu },
-    Test { name: "percpu_prog_active", run: prog_active },
-    Test { name: "percpu_kallsyms", run: kallsyms },
-    Test { name: "percpu_out_of_range", run: out_of_range },
-    Test { name: "percpu_module_variable", run: module_variable },
-    Test { name: "percpu_differential", run: differential },
-    Test { name: "percpu_null_check_enforced", run: null_check_enforced },
-    Test { name: "percpu_raw_result_is_scalar", run: raw_result_is_scalar },
-    Test { name: "percpu_read_only", run: read_only },
-    Test { name: "percpu_prog_type_not_registered", run: prog_type_not_registered },
-    Test { name: "percpu_prog_types", run: prog_types },
-    Test { name: "percpu_cli_read", run: cli_read },
-    Test { name: "percpu_cli_errors", run: cli_errors },
+    Test {
+        name: "percpu_module_btf",
+        run: module_btf,
+    },
+    Test {
+        name: "percpu_every_possible_cpu",
+        run: every_possible_cpu,
+    },
+    Test {
+        name: "percpu_this_cpu",
+        run: this_cpu,
+    },
+    Test {
+        name: "percpu_prog_active",
+        run: prog_active,
+    },
+    Test {
+        name: "percpu_kallsyms",
+        run: kallsyms,
+    },
+    Test {
+        name: "percpu_out_of_range",
+        run: out_of_range,
+    },
+    Test {
+        name: "percpu_module_variable",
+        run: module_variable,
+    },
+    Test {
+        name: "percpu_differential",
+        run: differential,
+    },
+    Test {
+        name: "percpu_null_check_enforced",
+        run: null_check_enforced,
+    },
+    Test {
+        name: "percpu_raw_result_is_scalar",
+        run: raw_result_is_scalar,
+    },
+    Test {
+        name: "percpu_read_only",
+        run: read_only,
+    },
+    Test {
+        name: "percpu_prog_type_not_registered",
+        run: prog_type_not_registered,
+    },
+    Test {
+        name: "percpu_prog_types",
+        run: prog_types,
+    },
+    Test {
+        name: "percpu_cli_read",
+        run: cli_read,
+    },
+    Test {
+        name: "percpu_cli_errors",
+        run: cli_errors,
+    },
 ];
 
 /// Everything percpu_all() wrote, for one run.
-struct All {
+pub(crate) struct All {
     nr_cpus: u32,
     bss: crate::skel::percpu::types::bss,
 }
 
-fn run_all() -> Result<All> {
+pub(crate) fn run_all() -> Result<All> {
     modules::require("rkf_percpu")?;
     let nr_cpus = cpus::nr_cpu_ids()?;
-    check!(nr_cpus <= MAX_CPUS, "percpu.bpf.c handles at most {MAX_CPUS} cpus, the system has {nr_cpus}");
+    check!(
+        nr_cpus <= MAX_CPUS,
+        "percpu.bpf.c handles at most {MAX_CPUS} cpus, the system has {nr_cpus}"
+    );
     let ksyms = Kallsyms::load()?;
     let mut obj = MaybeUninit::uninit();
     let open = PercpuSkelBuilder::default().open(&mut obj)?;
@@ -71,20 +119,43 @@ fn run_all() -> Result<All> {
 fn module_btf() -> Result<()> {
     modules::require("rkf_percpu")?;
     let var = rkf::btf::PercpuVar::find("rkf_percpu_probe")?;
-    check_eq!(var.module.as_deref(), Some("rkf_percpu"), "owner of rkf_percpu_probe");
-    check_eq!(var.type_name, "struct rkf_percpu_probe".to_string(), "type of rkf_percpu_probe");
+    check_eq!(
+        var.module.as_deref(),
+        Some("rkf_percpu"),
+        "owner of rkf_percpu_probe"
+    );
+    check_eq!(
+        var.type_name,
+        "struct rkf_percpu_probe".to_string(),
+        "type of rkf_percpu_probe"
+    );
     Ok(())
 }
 
 fn every_possible_cpu() -> Result<()> {
     let a = run_all()?;
     let possible = cpus::possible()?;
-    check!(possible.len() >= 2, "the VM should have 2 vCPUs, /sys says {possible:?}");
+    check!(
+        possible.len() >= 2,
+        "the VM should have 2 vCPUs, /sys says {possible:?}"
+    );
     for cpu in possible {
         let c = cpu as usize;
-        diag!("cpu {cpu}: per_cpu_ptr(&runqueues) = {:#x}, ->cpu = {}", a.bss.rq_kfunc[c], a.bss.rq_cpu[c]);
-        check_eq!(a.bss.rq_cpu[c], cpu as i32, "rkf_per_cpu_ptr(runqueues, {cpu})->cpu");
-        check_eq!(a.bss.rq_cpu_btf[c], cpu as i32, "rkf_per_cpu_btf_ptr(runqueues, {cpu})->cpu");
+        diag!(
+            "cpu {cpu}: per_cpu_ptr(&runqueues) = {:#x}, ->cpu = {}",
+            a.bss.rq_kfunc[c],
+            a.bss.rq_cpu[c]
+        );
+        check_eq!(
+            a.bss.rq_cpu[c],
+            cpu as i32,
+            "rkf_per_cpu_ptr(runqueues, {cpu})->cpu"
+        );
+        check_eq!(
+            a.bss.rq_cpu_btf[c],
+            cpu as i32,
+            "rkf_per_cpu_btf_ptr(runqueues, {cpu})->cpu"
+        );
     }
     Ok(())
 }
@@ -94,22 +165,53 @@ fn this_cpu() -> Result<()> {
     let b = &a.bss;
     let cpu = b.this_cpu;
     check!(cpu < a.nr_cpus, "bpf_get_smp_processor_id() = {cpu}");
-    check_eq!(b.this_rq_kfunc, b.rq_kfunc[cpu as usize], "this_cpu_ptr(&runqueues) vs per_cpu_ptr(.., {cpu})");
-    check_eq!(b.this_rq_kfunc, b.this_rq_helper, "bpf_rkf_this_cpu_ptr vs bpf_this_cpu_ptr (runqueues)");
-    check_eq!(b.this_rq_cpu, cpu as i32, "rkf_this_cpu_ptr(runqueues)->cpu");
+    check_eq!(
+        b.this_rq_kfunc,
+        b.rq_kfunc[cpu as usize],
+        "this_cpu_ptr(&runqueues) vs per_cpu_ptr(.., {cpu})"
+    );
+    check_eq!(
+        b.this_rq_kfunc,
+        b.this_rq_helper,
+        "bpf_rkf_this_cpu_ptr vs bpf_this_cpu_ptr (runqueues)"
+    );
+    check_eq!(
+        b.this_rq_cpu,
+        cpu as i32,
+        "rkf_this_cpu_ptr(runqueues)->cpu"
+    );
     Ok(())
 }
 
 fn prog_active() -> Result<()> {
     let a = run_all()?;
     let b = &a.bss;
-    check_eq!(b.this_active_kfunc, b.this_active_helper, "this-cpu &bpf_prog_active, kfunc vs helper");
-    check_eq!(b.this_active_val, b.this_active_val_helper, "this-cpu bpf_prog_active read through the typed pointer");
+    check_eq!(
+        b.this_active_kfunc,
+        b.this_active_helper,
+        "this-cpu &bpf_prog_active, kfunc vs helper"
+    );
+    check_eq!(
+        b.this_active_val,
+        b.this_active_val_helper,
+        "this-cpu bpf_prog_active read through the typed pointer"
+    );
     for cpu in cpus::possible()? {
         let c = cpu as usize;
-        diag!("cpu {cpu}: bpf_prog_active = {} (helper {})", b.active_val[c], b.active_val_helper[c]);
-        check_eq!(b.active_val[c], b.active_val_helper[c], "bpf_prog_active of cpu {cpu}");
-        check!((0..1000).contains(&b.active_val[c]), "bpf_prog_active of cpu {cpu} is a small count");
+        diag!(
+            "cpu {cpu}: bpf_prog_active = {} (helper {})",
+            b.active_val[c],
+            b.active_val_helper[c]
+        );
+        check_eq!(
+            b.active_val[c],
+            b.active_val_helper[c],
+            "bpf_prog_active of cpu {cpu}"
+        );
+        check!(
+            (0..1000).contains(&b.active_val[c]),
+            "bpf_prog_active of cpu {cpu} is a small count"
+        );
     }
     Ok(())
 }
@@ -121,25 +223,46 @@ fn kallsyms() -> Result<()> {
     let rq = k.lookup("runqueues", None)?;
     let active = k.lookup("bpf_prog_active", None)?;
     check_eq!(b.runqueues_addr, rq, "&runqueues vs /proc/kallsyms");
-    check_eq!(b.prog_active_addr, active, "&bpf_prog_active vs /proc/kallsyms");
+    check_eq!(
+        b.prog_active_addr,
+        active,
+        "&bpf_prog_active vs /proc/kallsyms"
+    );
     for cpu in cpus::possible()? {
         let c = cpu as usize;
         let off = b.pcpu_offset[c];
         diag!("cpu {cpu}: __per_cpu_offset = {off:#x}");
         check!(off != 0 || cpu == 0, "__per_cpu_offset[{cpu}] is set");
-        check_eq!(b.rq_kfunc[c], rq.wrapping_add(off), "per_cpu_ptr(&runqueues, {cpu}) vs kallsyms + offset");
-        check_eq!(b.active_kfunc[c], active.wrapping_add(off), "per_cpu_ptr(&bpf_prog_active, {cpu}) vs kallsyms + offset");
+        check_eq!(
+            b.rq_kfunc[c],
+            rq.wrapping_add(off),
+            "per_cpu_ptr(&runqueues, {cpu}) vs kallsyms + offset"
+        );
+        check_eq!(
+            b.active_kfunc[c],
+            active.wrapping_add(off),
+            "per_cpu_ptr(&bpf_prog_active, {cpu}) vs kallsyms + offset"
+        );
     }
     Ok(())
 }
 
 fn out_of_range() -> Result<()> {
     let a = run_all()?;
-    for (i, what) in ["cpu == nr_cpu_ids", "cpu == nr_cpu_ids + 1", "cpu == U32_MAX", "ptr == NULL"]
-        .iter()
-        .enumerate()
+    for (i, what) in [
+        "cpu == nr_cpu_ids",
+        "cpu == nr_cpu_ids + 1",
+        "cpu == U32_MAX",
+        "ptr == NULL",
+    ]
+    .iter()
+    .enumerate()
     {
-        check_eq!(a.bss.null_results[i], 0, "bpf_rkf_per_cpu_ptr() with {what}");
+        check_eq!(
+            a.bss.null_results[i],
+            0,
+            "bpf_rkf_per_cpu_ptr() with {what}"
+        );
     }
     Ok(())
 }
@@ -148,12 +271,24 @@ fn module_variable() -> Result<()> {
     let a = run_all()?;
     let b = &a.bss;
     let k = Kallsyms::load()?;
-    check_eq!(b.probe_addr, k.lookup("rkf_percpu_probe", Some("rkf_percpu"))?, "&rkf_percpu_probe vs /proc/kallsyms");
+    check_eq!(
+        b.probe_addr,
+        k.lookup("rkf_percpu_probe", Some("rkf_percpu"))?,
+        "&rkf_percpu_probe vs /proc/kallsyms"
+    );
     for cpu in cpus::possible()? {
         let c = cpu as usize;
-        check_eq!(b.probe_magic[c], PROBE_MAGIC, "rkf_percpu_probe.magic on cpu {cpu}");
+        check_eq!(
+            b.probe_magic[c],
+            PROBE_MAGIC,
+            "rkf_percpu_probe.magic on cpu {cpu}"
+        );
         check_eq!(b.probe_cpu[c], cpu, "rkf_percpu_probe.cpu on cpu {cpu}");
-        check_eq!(b.probe_kfunc[c], b.probe_self[c], "kfunc result vs the module's own address on cpu {cpu}");
+        check_eq!(
+            b.probe_kfunc[c],
+            b.probe_self[c],
+            "kfunc result vs the module's own address on cpu {cpu}"
+        );
     }
     Ok(())
 }
@@ -163,9 +298,21 @@ fn differential() -> Result<()> {
     let b = &a.bss;
     for cpu in 0..a.nr_cpus {
         let c = cpu as usize;
-        check_eq!(b.rq_kfunc[c], b.rq_helper[c], "&runqueues on cpu {cpu}: kfunc vs bpf_per_cpu_ptr");
-        check_eq!(b.active_kfunc[c], b.active_helper[c], "&bpf_prog_active on cpu {cpu}: kfunc vs bpf_per_cpu_ptr");
-        check_eq!(b.rq_cpu[c], b.rq_cpu_helper[c], "runqueues.cpu on cpu {cpu}: kfunc vs helper pointer");
+        check_eq!(
+            b.rq_kfunc[c],
+            b.rq_helper[c],
+            "&runqueues on cpu {cpu}: kfunc vs bpf_per_cpu_ptr"
+        );
+        check_eq!(
+            b.active_kfunc[c],
+            b.active_helper[c],
+            "&bpf_prog_active on cpu {cpu}: kfunc vs bpf_per_cpu_ptr"
+        );
+        check_eq!(
+            b.rq_cpu[c],
+            b.rq_cpu_helper[c],
+            "runqueues.cpu on cpu {cpu}: kfunc vs helper pointer"
+        );
     }
     Ok(())
 }
@@ -196,7 +343,11 @@ fn expect_rejected(prog: &str, msg: &str) -> Result<()> {
             Ok(())
         }
         None => {
-            let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let last = log
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
             anyhow::bail!("{prog}: the verifier log should say {msg:?}; it ends with {last:?}")
         }
     }
@@ -204,7 +355,10 @@ fn expect_rejected(prog: &str, msg: &str) -> Result<()> {
 
 fn null_check_enforced() -> Result<()> {
     expect_rejected("deref_without_null_check", "invalid mem access 'scalar'")?;
-    expect_rejected("deref_scalar_without_null_check", "invalid mem access 'scalar'")
+    expect_rejected(
+        "deref_scalar_without_null_check",
+        "invalid mem access 'scalar'",
+    )
 }
 
 fn raw_result_is_scalar() -> Result<()> {
@@ -212,11 +366,17 @@ fn raw_result_is_scalar() -> Result<()> {
 }
 
 fn read_only() -> Result<()> {
-    expect_rejected("write_through_pointer", "cannot write into rdonly_untrusted_mem")
+    expect_rejected(
+        "write_through_pointer",
+        "cannot write into rdonly_untrusted_mem",
+    )
 }
 
 fn prog_type_not_registered() -> Result<()> {
-    expect_rejected("socket_filter", "calling kernel function bpf_rkf_per_cpu_ptr is not allowed")
+    expect_rejected(
+        "socket_filter",
+        "calling kernel function bpf_rkf_per_cpu_ptr is not allowed",
+    )
 }
 
 fn perf_event_open_cpu_clock() -> Result<i32> {
@@ -226,11 +386,13 @@ fn perf_event_open_cpu_clock() -> Result<i32> {
     attr.size = std::mem::size_of::<libc_perf::perf_event_attr>() as u32;
     attr.config = libc_perf::PERF_COUNT_SW_CPU_CLOCK;
     attr.sample_period = 200_000; // ns
-    // SAFETY: a valid attr; this thread, any cpu, no group, no flags.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, &attr as *const _, 0, -1, -1, 0)
-    };
-    check!(fd >= 0, "perf_event_open(cpu-clock): {}", std::io::Error::last_os_error());
+                                  // SAFETY: a valid attr; this thread, any cpu, no group, no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const _, 0, -1, -1, 0) };
+    check!(
+        fd >= 0,
+        "perf_event_open(cpu-clock): {}",
+        std::io::Error::last_os_error()
+    );
     Ok(fd as i32)
 }
 
@@ -246,7 +408,11 @@ fn prog_types() -> Result<()> {
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
     let mut open = PercpuTypesSkelBuilder::default().open(&mut obj)?;
-    open.maps.bss_data.as_deref_mut().context("no .bss")?.target_tgid = std::process::id();
+    open.maps
+        .bss_data
+        .as_deref_mut()
+        .context("no .bss")?
+        .target_tgid = std::process::id();
     let mut skel = open.load().context("loading percpu_types.bpf.c")?;
     let types = [
         skel.progs.fentry_prog.prog_type(),
@@ -261,7 +427,11 @@ fn prog_types() -> Result<()> {
     }
     skel.attach().context("attaching")?;
     let pfd = perf_event_open_cpu_clock()?;
-    let _perf: Link = skel.progs.perf_event_prog.attach_perf_event(pfd).context("attaching perf_event")?;
+    let _perf: Link = skel
+        .progs
+        .perf_event_prog
+        .attach_perf_event(pfd)
+        .context("attaching perf_event")?;
     // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock samples).
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(1));
@@ -277,34 +447,71 @@ fn prog_types() -> Result<()> {
     for (i, (name, _)) in KINDS.iter().enumerate() {
         diag!("{name}: {} calls, {} wrong", bss.hits[i], bss.bad[i]);
         check!(bss.hits[i] > 0, "the {name} program ran");
-        check_eq!(bss.bad[i], 0, "{name}: calls where the resolved runqueue was not this cpu's");
+        check_eq!(
+            bss.bad[i],
+            0,
+            "{name}: calls where the resolved runqueue was not this cpu's"
+        );
     }
     Ok(())
 }
 
 fn cli_read() -> Result<()> {
     let t = cli::Target::resolve("runqueues.cpu")?;
-    check_eq!(t.field.type_name, "int".to_string(), "type of runqueues.cpu");
+    check_eq!(
+        t.field.type_name,
+        "int".to_string(),
+        "type of runqueues.cpu"
+    );
     let readings = cli::read(&t)?;
     check_eq!(readings.len(), cpus::possible()?.len(), "readings");
     for r in readings {
-        let v = cli::format_value(t.field.kind, r.value.as_ref().map_err(|e| anyhow::anyhow!("read error {e}"))?);
-        check_eq!(v, r.cpu.to_string(), "rkf percpu runqueues.cpu on cpu {}", r.cpu);
+        let v = cli::format_value(
+            t.field.kind,
+            r.value
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+        );
+        check_eq!(
+            v,
+            r.cpu.to_string(),
+            "rkf percpu runqueues.cpu on cpu {}",
+            r.cpu
+        );
     }
     // A field of a module's variable.
     let t = cli::Target::resolve("rkf_percpu_probe.magic")?;
     for r in cli::read(&t)? {
-        let v = cli::format_value(t.field.kind, r.value.as_ref().map_err(|e| anyhow::anyhow!("read error {e}"))?);
-        check_eq!(v, PROBE_MAGIC.to_string(), "rkf percpu rkf_percpu_probe.magic on cpu {}", r.cpu);
+        let v = cli::format_value(
+            t.field.kind,
+            r.value
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+        );
+        check_eq!(
+            v,
+            PROBE_MAGIC.to_string(),
+            "rkf percpu rkf_percpu_probe.magic on cpu {}",
+            r.cpu
+        );
     }
     Ok(())
 }
 
 fn cli_errors() -> Result<()> {
     let cases = [
-        ("no_such_symbol_rkf", "no per-cpu variable no_such_symbol_rkf"),
-        ("runqueues.no_such_field", "struct rq has no field no_such_field"),
-        ("runqueues.cpu.x", "runqueues.cpu is int, which has no fields"),
+        (
+            "no_such_symbol_rkf",
+            "no per-cpu variable no_such_symbol_rkf",
+        ),
+        (
+            "runqueues.no_such_field",
+            "struct rq has no field no_such_field",
+        ),
+        (
+            "runqueues.cpu.x",
+            "runqueues.cpu is int, which has no fields",
+        ),
         ("runqueues..cpu", "empty field name"),
         ("", "expected SYMBOL[.FIELD]"),
     ];
@@ -314,7 +521,10 @@ fn cli_errors() -> Result<()> {
             Err(e) => format!("{e:#}"),
         };
         diag!("rkf percpu {spec:?}: {err}");
-        check!(err.contains(want), "rkf percpu {spec:?}: expected an error with {want:?}, got {err:?}");
+        check!(
+            err.contains(want),
+            "rkf percpu {spec:?}: expected an error with {want:?}, got {err:?}"
+        );
     }
     Ok(())
 }

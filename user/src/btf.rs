@@ -123,7 +123,9 @@ impl RawBtf {
         // SAFETY: a DATASEC `btf_type` is followed in the object by `vlen` secinfos.
         unsafe {
             std::slice::from_raw_parts(
-                (t as *const sys::btf_type).add(1).cast::<sys::btf_var_secinfo>(),
+                (t as *const sys::btf_type)
+                    .add(1)
+                    .cast::<sys::btf_var_secinfo>(),
                 vlen(t),
             )
         }
@@ -148,7 +150,9 @@ impl RawBtf {
 
     /// A readable name for type `id` (`struct rq`, `unsigned int`, `u64 *`, ...).
     pub fn type_name(&self, id: u32) -> String {
-        let Ok(t) = self.ty(id) else { return format!("type {id}") };
+        let Ok(t) = self.ty(id) else {
+            return format!("type {id}");
+        };
         let name = self.name(t.name_off);
         // SAFETY: every kind below uses the `type_` arm of the union.
         let inner = || unsafe { t.__bindgen_anon_1.type_ };
@@ -240,7 +244,9 @@ impl PercpuVar {
         let vmlinux = RawBtf::vmlinux()?;
         if let Some(var) = vmlinux.find(name, sys::BTF_KIND_VAR) {
             if !vmlinux.is_percpu(var)? {
-                bail!("{name} is a vmlinux variable but not a per-cpu one (not in {PERCPU_SECTION})");
+                bail!(
+                    "{name} is a vmlinux variable but not a per-cpu one (not in {PERCPU_SECTION})"
+                );
             }
             return Self::new(None, name, vmlinux, var, None);
         }
@@ -251,7 +257,9 @@ impl PercpuVar {
             .collect();
         mods.sort();
         for m in mods {
-            let Ok(btf) = RawBtf::module(&vmlinux, &m) else { continue };
+            let Ok(btf) = RawBtf::module(&vmlinux, &m) else {
+                continue;
+            };
             if let Some(var) = btf.find(name, sys::BTF_KIND_VAR) {
                 if !btf.is_percpu(var)? {
                     bail!("{name} is a variable of module {m} but not a per-cpu one");
@@ -262,7 +270,13 @@ impl PercpuVar {
         bail!("no per-cpu variable {name} in the BTF of vmlinux or of any loaded module")
     }
 
-    fn new(module: Option<String>, name: &str, btf: RawBtf, var: u32, base: Option<RawBtf>) -> Result<Self> {
+    fn new(
+        module: Option<String>,
+        name: &str,
+        btf: RawBtf,
+        var: u32,
+        base: Option<RawBtf>,
+    ) -> Result<Self> {
         // SAFETY: a VAR uses the `type_` arm of the union.
         let type_id = unsafe { btf.ty(var)?.__bindgen_anon_1.type_ };
         Ok(Self {
@@ -302,7 +316,9 @@ impl PercpuVar {
         let size = btf.size(rid)?;
         let int_signed = match kind(t) {
             // SAFETY: an INT type is followed by its u32 encoding word.
-            sys::BTF_KIND_INT => Some(unsafe { *(t as *const sys::btf_type).add(1).cast::<u32>() } >> 24 & 1 != 0),
+            sys::BTF_KIND_INT => {
+                Some(unsafe { *(t as *const sys::btf_type).add(1).cast::<u32>() } >> 24 & 1 != 0)
+            }
             sys::BTF_KIND_ENUM | sys::BTF_KIND_ENUM64 => Some(kflag(t)),
             _ => None,
         };
@@ -324,7 +340,12 @@ impl PercpuVar {
         } else if !bit_off.is_multiple_of(8) {
             bail!("{walked} is not byte aligned");
         }
-        Ok(Field { offset, size: read, type_name: btf.type_name(id), kind })
+        Ok(Field {
+            offset,
+            size: read,
+            type_name: btf.type_name(id),
+            kind,
+        })
     }
 
     // Finds `want` among the members of struct/union `id`, looking into anonymous ones.
@@ -344,7 +365,10 @@ impl PercpuVar {
             }
             if name.is_empty() {
                 let rid = btf.resolve(m.type_)?;
-                if matches!(kind(btf.ty(rid)?), sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION) {
+                if matches!(
+                    kind(btf.ty(rid)?),
+                    sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION
+                ) {
                     if let Some((ty, inner, bs)) = self.find_member(rid, want)? {
                         return Ok(Some((ty, bits + inner, bs)));
                     }

@@ -88,9 +88,16 @@ ffffffffc0004000 d rkf_percpu_probe\t[rkf_percpu]
     fn lookups() {
         let k = Kallsyms::parse(TEXT).unwrap();
         assert_eq!(k.lookup("runqueues", None).unwrap(), 0x32a40);
-        assert_eq!(k.lookup("rkf_percpu_probe", Some("rkf_percpu")).unwrap(), 0xffffffffc0004000);
+        assert_eq!(
+            k.lookup("rkf_percpu_probe", Some("rkf_percpu")).unwrap(),
+            0xffffffffc0004000
+        );
         assert!(k.lookup("rkf_percpu_probe", None).is_err());
-        assert!(k.lookup("dup", None).unwrap_err().to_string().contains("not unique"));
+        assert!(k
+            .lookup("dup", None)
+            .unwrap_err()
+            .to_string()
+            .contains("not unique"));
         assert!(k.lookup("nope", None).is_err());
     }
 

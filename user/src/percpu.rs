@@ -12,7 +12,9 @@ use libbpf_rs::{
 
 use crate::{
     btf::{Field, PercpuVar, ValueKind},
-    cpus, kallsyms::Kallsyms, modules,
+    cpus,
+    kallsyms::Kallsyms,
+    modules,
     skel::PercpuReadSkelBuilder,
 };
 
@@ -39,7 +41,9 @@ impl Target {
     pub fn resolve(spec: &str) -> Result<Self> {
         let mut parts = spec.split('.');
         let sym = parts.next().filter(|s| !s.is_empty());
-        let Some(sym) = sym else { bail!("expected SYMBOL[.FIELD], got {spec:?}") };
+        let Some(sym) = sym else {
+            bail!("expected SYMBOL[.FIELD], got {spec:?}")
+        };
         let path: Vec<String> = parts.map(str::to_owned).collect();
         if path.iter().any(String::is_empty) {
             bail!("empty field name in {spec:?}");
@@ -48,7 +52,12 @@ impl Target {
         let refs: Vec<&str> = path.iter().map(String::as_str).collect();
         let field = var.field(&refs)?;
         let symbol_addr = Kallsyms::load()?.lookup(sym, var.module.as_deref())?;
-        Ok(Self { var, path, field, symbol_addr })
+        Ok(Self {
+            var,
+            path,
+            field,
+            symbol_addr,
+        })
     }
 
     /// `SYMBOL.FIELD` as given.
@@ -84,8 +93,14 @@ pub fn read(target: &Target) -> Result<Vec<Reading>> {
     let open = PercpuReadSkelBuilder::default()
         .open(&mut obj)
         .context("opening the percpu_read BPF object")?;
-    let mut skel = open.load().context("loading the percpu_read BPF program (needs CAP_BPF and CAP_PERFMON)")?;
-    let bss = skel.maps.bss_data.as_deref_mut().context("percpu_read has no .bss")?;
+    let mut skel = open
+        .load()
+        .context("loading the percpu_read BPF program (needs CAP_BPF and CAP_PERFMON)")?;
+    let bss = skel
+        .maps
+        .bss_data
+        .as_deref_mut()
+        .context("percpu_read has no .bss")?;
     bss.target_addr = target.symbol_addr.wrapping_add(target.field.offset);
     bss.value_size = size as u32;
     bss.nr_cpus = nr;
@@ -97,7 +112,11 @@ pub fn read(target: &Target) -> Result<Vec<Reading>> {
     if out.return_value != 0 {
         bail!("percpu_read failed: {}", out.return_value as i32);
     }
-    let bss = skel.maps.bss_data.as_deref().context("percpu_read has no .bss")?;
+    let bss = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("percpu_read has no .bss")?;
     Ok(cpus::possible()?
         .into_iter()
         .map(|cpu| {
@@ -106,7 +125,11 @@ pub fn read(target: &Target) -> Result<Vec<Reading>> {
                 0 => Ok(bss.value[c][..size as usize].to_vec()),
                 e => Err(e),
             };
-            Reading { cpu, addr: bss.cpu_addr[c], value }
+            Reading {
+                cpu,
+                addr: bss.cpu_addr[c],
+                value,
+            }
         })
         .collect())
 }
@@ -128,7 +151,11 @@ pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
             }
         }
         ValueKind::Ptr => format!("{raw:#018x}"),
-        ValueKind::Bitfield { shift, bits, signed } if bits > 0 && shift + bits <= 64 => {
+        ValueKind::Bitfield {
+            shift,
+            bits,
+            signed,
+        } if bits > 0 && shift + bits <= 64 => {
             let v = (raw >> shift) & (u64::MAX >> (64 - bits));
             if signed {
                 sign_extend(v, bits).to_string()
@@ -136,7 +163,11 @@ pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
                 v.to_string()
             }
         }
-        _ => bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" "),
+        _ => bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 
@@ -149,12 +180,26 @@ mod tests {
         let i = |signed| ValueKind::Int { signed };
         assert_eq!(format_value(i(false), &[1, 0, 0, 0]), "1");
         assert_eq!(format_value(i(true), &[0xff, 0xff, 0xff, 0xff]), "-1");
-        assert_eq!(format_value(i(false), &[0xff, 0xff, 0xff, 0xff]), "4294967295");
+        assert_eq!(
+            format_value(i(false), &[0xff, 0xff, 0xff, 0xff]),
+            "4294967295"
+        );
         assert_eq!(format_value(i(true), &[0xfe]), "-2");
-        assert_eq!(format_value(ValueKind::Ptr, &[0x10, 0, 0, 0, 0, 0x80, 0xff, 0xff]), "0xffff800000000010");
-        let bf = ValueKind::Bitfield { shift: 4, bits: 3, signed: false };
+        assert_eq!(
+            format_value(ValueKind::Ptr, &[0x10, 0, 0, 0, 0, 0x80, 0xff, 0xff]),
+            "0xffff800000000010"
+        );
+        let bf = ValueKind::Bitfield {
+            shift: 4,
+            bits: 3,
+            signed: false,
+        };
         assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0]), "7");
-        let bf = ValueKind::Bitfield { shift: 4, bits: 3, signed: true };
+        let bf = ValueKind::Bitfield {
+            shift: 4,
+            bits: 3,
+            signed: true,
+        };
         assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0]), "-1");
         assert_eq!(format_value(ValueKind::Bytes, &[0xde, 0xad]), "de ad");
     }

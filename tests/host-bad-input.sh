@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Host-side checks of rkf's answers to bad input: a wrong KDIR names what is missing, and a
+# VM run that cannot finish fails (it never passes silently).  Prints KTAP.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0 failed=0
+
+# expect_fail NAME PATTERN CMD...: CMD must fail and print PATTERN.
+expect_fail() {
+	local name=$1 pattern=$2; shift 2
+	local out rc
+	n=$((n + 1))
+	out=$("$@" 2>&1); rc=$?
+	if ((rc != 0)) && grep -qE -- "$pattern" <<<"$out"; then
+		echo "# $name: $(grep -E -- "$pattern" <<<"$out" | head -1 | sed 's/\x1b\[[0-9;]*m//g')"
+		echo "ok $n $name"
+	else
+		echo "# $name: expected failure with /$pattern/, got exit $rc:"
+		sed 's/^/#   /' <<<"$out" | tail -5
+		echo "not ok $n $name"
+		failed=$((failed + 1))
+	fi
+}
+
+echo "KTAP version 1"
+echo "1..7"
+kdir=$("$root/scripts/kernel.sh" dir test)
+expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
+expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
+mkdir -p "$tmp/notkernel"
+expect_fail kdir_not_a_tree "has no Makefile" make -s -C "$root" modules KDIR="$tmp/notkernel"
+# A copy of the real tree's top files, without what a module build needs.
+mkdir -p "$tmp/k/include/config"
+cp "$kdir/Makefile" "$kdir/.config" "$tmp/k/"
+cp "$kdir/include/config/kernel.release" "$tmp/k/include/config/"
+expect_fail kdir_no_vmlinux "has no vmlinux: module BTF" make -s -C "$root" modules KDIR="$tmp/k"
+sed -i 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$tmp/k/.config"
+expect_fail kdir_no_rust "lacks kernel options rkf needs: CONFIG_RUST=y" make -s -C "$root" modules KDIR="$tmp/k"
+echo "6.12.0" >"$tmp/k/include/config/kernel.release"
+expect_fail kdir_wrong_version "rkf supports 7.3 only" make -s -C "$root" modules KDIR="$tmp/k"
+# A VM that cannot finish in time fails the run, with a message.
+expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
+
+echo "# totals: pass:$((n - failed)) fail:$failed skip:0"
+echo "host-bad-input: $((n - failed)) passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Loading and unloading modules, through the syscalls insmod and rmmod use.
+
+use std::{ffi::CString, fs::File, io, os::fd::AsRawFd, path::Path, time::Duration};
+
+use anyhow::{Context, Result};
+
+/// `finit_module(2)`: loads the module in `path`.
+pub fn insmod(path: &Path) -> io::Result<()> {
+    let f = File::open(path)?;
+    let params = c"";
+    // SAFETY: a valid fd and a NUL-terminated parameter string.
+    let r = unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), params.as_ptr(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `delete_module(2)` with `O_NONBLOCK`, as rmmod does.
+pub fn rmmod(name: &str) -> io::Result<()> {
+    let c = CString::new(name)?;
+    // SAFETY: a NUL-terminated name.
+    let r = unsafe { libc::syscall(libc::SYS_delete_module, c.as_ptr(), libc::O_NONBLOCK) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Unloads `name`, retrying while it is busy for up to `timeout`: programs that held it
+/// are freed asynchronously after their last fd is closed.
+pub fn rmmod_wait(name: &str, timeout: Duration) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match rmmod(name) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && start.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e).with_context(|| format!("rmmod {name}")),
+        }
+    }
+}
+
+/// The kernel log, as `dmesg` prints it.
+pub fn dmesg() -> Result<String> {
+    let out = std::process::Command::new("dmesg")
+        .output()
+        .context("running dmesg")?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The directory of the modules built for the running kernel (`RKF_MODDIR`).
+pub fn moddir() -> Result<std::path::PathBuf> {
+    std::env::var_os("RKF_MODDIR").map(Into::into).context(
+        "RKF_MODDIR is not set: it names the directory of the modules built for this kernel",
+    )
+}

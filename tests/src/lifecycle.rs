@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Module lifecycle: pinned while programs use it, refused when it cannot work, and
+//! reloadable.  These tests unload and reload the modules, so they run last.
+
+use std::{mem::MaybeUninit, path::PathBuf, process::Command, time::Duration};
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+
+use crate::{
+    check, check_eq, diag,
+    harness::Test,
+    kmod::{dmesg, insmod, moddir, rmmod, rmmod_wait},
+    skel::percpu::PercpuSkelBuilder,
+};
+
+pub const TESTS: &[Test] = &[
+    Test {
+        name: "percpu_module_pinned_by_program",
+        run: pinned_by_program,
+    },
+    Test {
+        name: "percpu_module_without_btf_refused",
+        run: without_btf_refused,
+    },
+    Test {
+        name: "percpu_module_for_other_kernel_refused",
+        run: other_kernel_refused,
+    },
+];
+
+const MODULE: &str = "rkf_percpu";
+
+fn ko() -> Result<PathBuf> {
+    Ok(moddir()?.join(format!("{MODULE}.ko")))
+}
+
+/// New kernel log lines since `before` (a whole earlier dmesg).
+fn new_log(before: &str) -> Result<String> {
+    let now = dmesg()?;
+    Ok(now.strip_prefix(before).unwrap_or(&now).to_owned())
+}
+
+fn pinned_by_program() -> Result<()> {
+    rkf::modules::require(MODULE)?;
+    {
+        let mut obj = MaybeUninit::uninit();
+        let _skel = PercpuSkelBuilder::default().open(&mut obj)?.load()?;
+        let err = rmmod(MODULE)
+            .err()
+            .context("rmmod succeeded while a program uses the kfuncs")?;
+        diag!("rmmod {MODULE} with a program loaded: {err}");
+        check_eq!(
+            err.raw_os_error(),
+            Some(libc::EAGAIN),
+            "rmmod errno while in use"
+        );
+    }
+    // The program is gone (its fd closed); the module goes once the kernel frees it.
+    rmmod_wait(MODULE, Duration::from_secs(10))?;
+    check!(
+        !std::path::Path::new("/sys/module").join(MODULE).exists(),
+        "{MODULE} is unloaded"
+    );
+    insmod(&ko()?).context("insmod again")?;
+    rkf::modules::require(MODULE)?;
+    // The reloaded module works.
+    crate::percpu::run_all().context("kfuncs after reload")?;
+    Ok(())
+}
+
+fn without_btf_refused() -> Result<()> {
+    let stripped = std::env::temp_dir().join(format!("{MODULE}-nobtf.ko"));
+    let st = Command::new("/usr/lib/llvm-19/bin/llvm-objcopy")
+        .args(["--remove-section=.BTF", "--remove-section=.BTF.base"])
+        .arg(ko()?)
+        .arg(&stripped)
+        .status()
+        .context("running llvm-objcopy")?;
+    check!(st.success(), "llvm-objcopy failed");
+    rmmod_wait(MODULE, Duration::from_secs(10))?;
+    let before = dmesg()?;
+    let res = insmod(&stripped);
+    let log = new_log(&before)?;
+    // Restore the real module whatever happened.
+    insmod(&ko()?).context("insmod the real module again")?;
+    let err = res.err().context("a module without BTF loaded")?;
+    diag!("insmod {}: {err}", stripped.display());
+    check_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOEXEC),
+        "insmod errno of a module without BTF"
+    );
+    let line = log.lines().find(|l| l.contains("has no .BTF section"));
+    check!(
+        line.is_some(),
+        "dmesg explains the refusal; it says: {log:?}"
+    );
+    diag!("dmesg: {}", line.unwrap_or_default().trim());
+    Ok(())
+}
+
+fn other_kernel_refused() -> Result<()> {
+    let foreign: PathBuf = std::env::var_os("RKF_FOREIGN_MODDIR")
+        .context(
+            "RKF_FOREIGN_MODDIR is not set: it names modules built for the other kernel flavour",
+        )?
+        .into();
+    let foreign_ko = foreign.join(format!("{MODULE}.ko"));
+    rmmod_wait(MODULE, Duration::from_secs(10))?;
+    let before = dmesg()?;
+    let res = insmod(&foreign_ko);
+    let log = new_log(&before)?;
+    insmod(&ko()?).context("insmod the real module again")?;
+    let err = res
+        .err()
+        .context("a module built for another kernel loaded")?;
+    diag!("insmod {}: {err}", foreign_ko.display());
+    check_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOEXEC),
+        "insmod errno of a module for another kernel"
+    );
+    let line = log.lines().find(|l| l.contains("version magic"));
+    check!(
+        line.is_some(),
+        "dmesg names the version magic mismatch; it says: {log:?}"
+    );
+    diag!("dmesg: {}", line.unwrap_or_default().trim());
+    Ok(())
+}
