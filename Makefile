@@ -72,7 +72,11 @@ lint: kernel-test
 	scripts/lint.sh
 
 # The bench kernel's modules are needed too: a test checks that the test kernel refuses them.
+# A module stripped of its BTF, for the test that such a module refuses to load.
 vm-test: modules-test modules-bench user
+	@moddir="$(BUILD)/$$(basename "$$(scripts/kernel.sh dir test)")" && \
+	llvm-objcopy --remove-section=.BTF --remove-section=.BTF.base \
+		"$$moddir/rkf_percpu.ko" "$$moddir/rkf_percpu-nobtf.ko"
 	scripts/vm.sh test -- tests/guest-selftests.sh
 
 check: deps lint host-test vm-test run

@@ -37,7 +37,7 @@ if (( changed )) || [[ ! -f $stamp ]] || [[ -n $(find "$stamp" -mmin +720) ]]; t
 fi
 
 pkgs=(clang-19 lld-19 llvm-19 libclang-19-dev dwarves bc flex bison libelf-dev
-      libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-pip
+      libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-venv
       busybox-static make git file elfutils)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -59,6 +59,7 @@ if ((${#bpo[@]})); then
 fi
 
 # --- Rust -------------------------------------------------------------------
+command -v rustup >/dev/null || die "rustup is not installed: rkf needs the rustup toolchain (Rust >= 1.85) in ~/.cargo/bin"
 for c in rust-src clippy rustfmt; do
 	if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
 		log "rustup component add $c"
@@ -70,10 +71,12 @@ if ! command -v bindgen >/dev/null; then
 	cargo install --locked -q bindgen-cli
 fi
 
-# --- virtme-ng --------------------------------------------------------------
-if ! command -v vng >/dev/null; then
-	log "pip install virtme-ng"
-	pip install -q --root-user-action=ignore 'virtme-ng==1.42' || pip install -q --root-user-action=ignore virtme-ng
+# --- virtme-ng, in a venv of its own ---------------------------------------------
+if [[ ! -x $RKF_VENV/bin/vng ]]; then
+	log "installing virtme-ng into $RKF_VENV"
+	rm -rf "$RKF_VENV"
+	/usr/bin/python3 -m venv "$RKF_VENV"
+	"$RKF_VENV/bin/pip" install -q 'virtme-ng==1.42'
 fi
-command -v vng >/dev/null || die "vng is not on PATH after installing virtme-ng"
+[[ -x $RKF_VENV/bin/vng ]] || die "virtme-ng did not install into $RKF_VENV"
 log "dependencies present"

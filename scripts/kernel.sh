@@ -190,6 +190,25 @@ cmd_build() {
 	{ echo "source $RKF_KSRC_PKG $(src_version)"; echo "flavour $flavour"; toolchain_id; } >"$out/.rkf-built"
 	ln -sfn "$out" "$RKF_CACHE/$flavour"
 	log "$flavour kernel ready: $out"
+	prune_builds "$flavour"
+}
+
+# Keep the two newest complete builds of a flavour (the current one and the one before,
+# for switching back and forth between branches); drop older and abandoned ones.
+prune_builds() {
+	local flavour=$1 keep=2 d
+	local -a done=()
+	mapfile -t done < <(ls -1dt "$RKF_CACHE/build/$flavour"-*/.rkf-built 2>/dev/null | xargs -r -n1 dirname)
+	for d in "${done[@]:$keep}"; do
+		log "pruning old build $d"
+		rm -rf "$d"
+	done
+	for d in "$RKF_CACHE/build/$flavour"-*; do
+		[[ -d $d && ! -f $d/.rkf-built ]] || continue
+		# Abandoned: incomplete and not touched for a day.
+		[[ -n $(find "$d" -maxdepth 0 -mmin +1440) ]] && { log "pruning abandoned build $d"; rm -rf "$d"; }
+	done
+	return 0
 }
 
 cmd_dir() {

@@ -4,7 +4,9 @@
 RKF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RKF_CACHE=${RKF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkf}
 RKF_LLVM_BIN=/usr/lib/llvm-19/bin
-export PATH="$RKF_LLVM_BIN:$HOME/.cargo/bin:$PATH"
+# virtme-ng lives in a venv of its own, so that nothing depends on the shell's Python setup.
+RKF_VENV=$RKF_CACHE/venv
+export PATH="$RKF_LLVM_BIN:$HOME/.cargo/bin:$RKF_VENV/bin:$PATH"
 
 # The Debian package that carries the kernel source, and the only suite it may come from.
 RKF_KSRC_PKG=linux-source-7.3

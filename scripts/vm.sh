@@ -10,6 +10,7 @@
 #   output.txt  everything the command printed (shown on the host afterwards)
 #   ktap.txt    the KTAP output, if the command runs tests
 #   dmesg.txt   the kernel log at the end of the run
+#   kmemleak.txt  kmemleak's report after the run, if the kernel has kmemleak
 #   status      the guest command's exit status
 #
 # The exit status is the guest's, never vng's (vng exits 255 in console mode whatever the
@@ -124,6 +125,12 @@ if grep -E "$splat" "$dmesg_file" >"$out/splats.txt"; then
 	fail=1
 else
 	log "dmesg is clean (no WARNING/BUG/Oops/KASAN/lockdep/RCU splat)"
+fi
+
+if [[ -s $out/kmemleak.txt ]]; then
+	log "kmemleak reports leaks (first ones below; all in $out/kmemleak.txt):"
+	head -40 "$out/kmemleak.txt" >&2
+	fail=1
 fi
 
 if [[ -f $out/ktap.txt ]]; then

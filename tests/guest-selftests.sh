@@ -6,6 +6,10 @@
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
 modules=(rkf_percpu)
+kmemleak=/sys/kernel/debug/kmemleak
+
+# Forget what boot left behind: only leaks from the run count.
+[[ -w $kmemleak ]] && echo clear >"$kmemleak"
 
 for m in "${modules[@]}"; do
 	if ! insmod "$RKF_MODDIR/$m.ko"; then
@@ -24,4 +28,13 @@ for m in "${modules[@]}"; do
 		rc=1
 	fi
 done
+
+# After everything is unloaded, a leak scan (twice: objects must look unreferenced in two
+# scans to be reported).  vm.sh fails the run on any report.
+if [[ -w $kmemleak ]]; then
+	echo scan >"$kmemleak"
+	echo scan >"$kmemleak"
+	cat "$kmemleak" >"$RKF_OUT/kmemleak.txt"
+	echo "# kmemleak: $(grep -c 'unreferenced object' "$RKF_OUT/kmemleak.txt") suspected leaks"
+fi
 exit "$rc"

@@ -79,7 +79,9 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
     let mut failed = 0;
     for (i, t) in selected.iter().enumerate() {
         take_libbpf_log();
+        let start = std::time::Instant::now();
         let res = panic::catch_unwind(AssertUnwindSafe(t.run));
+        println!("# {}: {:.1} s", t.name, start.elapsed().as_secs_f64());
         let err = match res {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("{e:#}")),

@@ -83,6 +83,10 @@ pub const TESTS: &[Test] = &[
         run: cli_read,
     },
     Test {
+        name: "percpu_cli_struct_members",
+        run: cli_struct_members,
+    },
+    Test {
         name: "percpu_cli_errors",
         run: cli_errors,
     },
@@ -471,6 +475,7 @@ fn cli_read() -> Result<()> {
             r.value
                 .as_ref()
                 .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+            false,
         );
         check_eq!(
             v,
@@ -487,14 +492,31 @@ fn cli_read() -> Result<()> {
             r.value
                 .as_ref()
                 .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+            true,
         );
         check_eq!(
             v,
-            PROBE_MAGIC.to_string(),
+            format!("{PROBE_MAGIC:#x}"),
             "rkf percpu rkf_percpu_probe.magic on cpu {}",
             r.cpu
         );
     }
+    Ok(())
+}
+
+fn cli_struct_members() -> Result<()> {
+    let t = cli::Target::resolve("rkf_percpu_probe")?;
+    check_eq!(
+        t.field.members,
+        ["cpu", "magic", "self"],
+        "members of struct rkf_percpu_probe"
+    );
+    check_eq!(t.field.size, 16, "size of struct rkf_percpu_probe");
+    let t = cli::Target::resolve("runqueues")?;
+    check!(
+        t.field.members.iter().any(|m| m == "nr_running"),
+        "struct rq lists nr_running"
+    );
     Ok(())
 }
 

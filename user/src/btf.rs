@@ -212,6 +212,8 @@ pub struct Field {
     pub type_name: String,
     /// How to show it.
     pub kind: ValueKind,
+    /// For a struct or union: the names of its members (anonymous ones flattened).
+    pub members: Vec<String>,
 }
 
 /// Where a per-cpu variable lives.
@@ -322,7 +324,8 @@ impl PercpuVar {
             sys::BTF_KIND_ENUM | sys::BTF_KIND_ENUM64 => Some(kflag(t)),
             _ => None,
         };
-        let mut kind = match (kind(t), int_signed) {
+        let kind_of = kind;
+        let mut kind = match (kind_of(t), int_signed) {
             (_, Some(signed)) if matches!(size, 1 | 2 | 4 | 8) => ValueKind::Int { signed },
             (sys::BTF_KIND_PTR, _) => ValueKind::Ptr,
             _ => ValueKind::Bytes,
@@ -340,12 +343,31 @@ impl PercpuVar {
         } else if !bit_off.is_multiple_of(8) {
             bail!("{walked} is not byte aligned");
         }
+        let members = if matches!(kind_of(t), sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION) {
+            self.member_names(rid)?
+        } else {
+            Vec::new()
+        };
         Ok(Field {
             offset,
             size: read,
             type_name: btf.type_name(id),
             kind,
+            members,
         })
+    }
+
+    // The member names of struct/union `id`, with anonymous members flattened.
+    fn member_names(&self, id: u32) -> Result<Vec<String>> {
+        let btf = &self.btf;
+        let mut names = Vec::new();
+        for m in btf.members(btf.ty(id)?) {
+            match btf.name(m.name_off) {
+                "" => names.extend(self.member_names(btf.resolve(m.type_)?)?),
+                n => names.push(n.to_owned()),
+            }
+        }
+        Ok(names)
     }
 
     // Finds `want` among the members of struct/union `id`, looking into anonymous ones.

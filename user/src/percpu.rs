@@ -134,8 +134,9 @@ pub fn read(target: &Target) -> Result<Vec<Reading>> {
         .collect())
 }
 
-/// Formats bytes read from the target according to `kind` (little-endian).
-pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
+/// Formats bytes read from the target according to `kind` (little-endian); integers in
+/// hexadecimal if `hex`.
+pub fn format_value(kind: ValueKind, bytes: &[u8], hex: bool) -> String {
     let mut word = [0u8; 8];
     let n = bytes.len().min(8);
     word[..n].copy_from_slice(&bytes[..n]);
@@ -144,7 +145,9 @@ pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
     match kind {
         ValueKind::Int { signed } if (1..=8).contains(&bytes.len()) => {
             let bits = bytes.len() as u32 * 8;
-            if signed {
+            if hex {
+                format!("{raw:#x}")
+            } else if signed {
                 sign_extend(raw, bits).to_string()
             } else {
                 raw.to_string()
@@ -157,7 +160,9 @@ pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
             signed,
         } if bits > 0 && shift + bits <= 64 => {
             let v = (raw >> shift) & (u64::MAX >> (64 - bits));
-            if signed {
+            if hex {
+                format!("{v:#x}")
+            } else if signed {
                 sign_extend(v, bits).to_string()
             } else {
                 v.to_string()
@@ -178,15 +183,22 @@ mod tests {
     #[test]
     fn formats() {
         let i = |signed| ValueKind::Int { signed };
-        assert_eq!(format_value(i(false), &[1, 0, 0, 0]), "1");
-        assert_eq!(format_value(i(true), &[0xff, 0xff, 0xff, 0xff]), "-1");
+        assert_eq!(format_value(i(false), &[1, 0, 0, 0], false), "1");
         assert_eq!(
-            format_value(i(false), &[0xff, 0xff, 0xff, 0xff]),
+            format_value(i(true), &[0x70, 0x66, 0x6b, 0x72], true),
+            "0x726b6670"
+        );
+        assert_eq!(
+            format_value(i(true), &[0xff, 0xff, 0xff, 0xff], false),
+            "-1"
+        );
+        assert_eq!(
+            format_value(i(false), &[0xff, 0xff, 0xff, 0xff], false),
             "4294967295"
         );
-        assert_eq!(format_value(i(true), &[0xfe]), "-2");
+        assert_eq!(format_value(i(true), &[0xfe], false), "-2");
         assert_eq!(
-            format_value(ValueKind::Ptr, &[0x10, 0, 0, 0, 0, 0x80, 0xff, 0xff]),
+            format_value(ValueKind::Ptr, &[0x10, 0, 0, 0, 0, 0x80, 0xff, 0xff], false),
             "0xffff800000000010"
         );
         let bf = ValueKind::Bitfield {
@@ -194,13 +206,16 @@ mod tests {
             bits: 3,
             signed: false,
         };
-        assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0]), "7");
+        assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0], false), "7");
         let bf = ValueKind::Bitfield {
             shift: 4,
             bits: 3,
             signed: true,
         };
-        assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0]), "-1");
-        assert_eq!(format_value(ValueKind::Bytes, &[0xde, 0xad]), "de ad");
+        assert_eq!(format_value(bf, &[0x70, 0, 0, 0, 0, 0, 0, 0], false), "-1");
+        assert_eq!(
+            format_value(ValueKind::Bytes, &[0xde, 0xad], false),
+            "de ad"
+        );
     }
 }

@@ -2,10 +2,13 @@
 
 //! `rkf`: command-line front end of the rkf kernel modules.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 
-use rkf::percpu::{self, Target};
+use rkf::{
+    btf::ValueKind,
+    percpu::{self, Reading, Target, MAX_VALUE},
+};
 
 #[derive(Parser)]
 #[command(name = "rkf", version, about = "Use the rkf BPF kfunc modules")]
@@ -19,50 +22,110 @@ enum Cmd {
     /// Print a per-cpu variable, or one field of it, for every cpu (needs rkf_percpu).
     ///
     /// SYMBOL is a per-cpu variable of vmlinux or of a loaded module, with BTF; FIELD is a
-    /// path of struct members, for example `runqueues.nr_running` or `runqueues.cfs.nr_queued`.
+    /// path of struct members, for example `runqueues.nr_running`. A small struct is
+    /// printed one column per member.
     Percpu {
         /// SYMBOL[.FIELD...]
         spec: String,
         /// Also print each cpu's address.
         #[arg(short, long)]
         addr: bool,
+        /// Print integers in hexadecimal.
+        #[arg(short = 'x', long)]
+        hex: bool,
     },
 }
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Percpu { spec, addr } => cmd_percpu(&spec, addr),
+        Cmd::Percpu { spec, addr, hex } => cmd_percpu(&spec, addr, hex),
     }
 }
 
-fn cmd_percpu(spec: &str, show_addr: bool) -> Result<()> {
+/// One column of the table: a target and what was read of it on each cpu.
+struct Column {
+    title: String,
+    target: Target,
+    readings: Vec<Reading>,
+}
+
+fn cmd_percpu(spec: &str, show_addr: bool, hex: bool) -> Result<()> {
     let target = Target::resolve(spec)?;
-    let readings = percpu::read(&target)?;
+    let f = &target.field;
     let owner = target.var.module.as_deref().unwrap_or("vmlinux");
     println!(
         "{} ({}, {} bytes at +{:#x} of {} {}, {owner})",
         target.spec(),
-        target.field.type_name,
-        target.field.size,
-        target.field.offset,
+        f.type_name,
+        f.size,
+        f.offset,
         target.var.type_name,
         target.var.name,
     );
-    if show_addr {
-        println!("{:>5}  {:>18}  {:>20}", "CPU", "ADDRESS", "VALUE");
-    } else {
-        println!("{:>5}  {:>20}", "CPU", "VALUE");
+
+    let is_aggregate = f.kind == ValueKind::Bytes && !f.members.is_empty();
+    if is_aggregate && f.size > MAX_VALUE {
+        bail!(
+            "{} is {} bytes, too large to print whole; name a field: {}",
+            f.type_name,
+            f.size,
+            f.members.join(", ")
+        );
     }
-    for r in readings {
-        let value = match &r.value {
-            Ok(bytes) => percpu::format_value(target.field.kind, bytes),
-            Err(e) => format!("<read error {e}>"),
-        };
+    let targets: Vec<(String, Target)> = if is_aggregate {
+        let spec = target.spec();
+        f.members
+            .iter()
+            .map(|m| Ok((m.clone(), Target::resolve(&format!("{spec}.{m}"))?)))
+            .collect::<Result<_>>()?
+    } else {
+        vec![("VALUE".to_owned(), target)]
+    };
+    let columns: Vec<Column> = targets
+        .into_iter()
+        .map(|(title, target)| {
+            let readings = percpu::read(&target)?;
+            Ok(Column {
+                title: title.to_uppercase(),
+                target,
+                readings,
+            })
+        })
+        .collect::<Result<_>>()?;
+
+    let cell = |c: &Column, i: usize| match &c.readings[i].value {
+        Ok(bytes) => percpu::format_value(c.target.field.kind, bytes, hex),
+        Err(e) => format!("<read error {e}>"),
+    };
+    let rows = columns[0].readings.len();
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|c| {
+            (0..rows)
+                .map(|i| cell(c, i).len())
+                .chain([c.title.len(), 12])
+                .max()
+                .unwrap_or(12)
+        })
+        .collect();
+
+    let mut header = format!("{:>5}", "CPU");
+    if show_addr {
+        header += &format!("  {:>18}", "ADDRESS");
+    }
+    for (c, w) in columns.iter().zip(&widths) {
+        header += &format!("  {:>w$}", c.title);
+    }
+    println!("{header}");
+    for i in 0..rows {
+        let mut line = format!("{:>5}", columns[0].readings[i].cpu);
         if show_addr {
-            println!("{:>5}  {:>#18x}  {:>20}", r.cpu, r.addr, value);
-        } else {
-            println!("{:>5}  {:>20}", r.cpu, value);
+            line += &format!("  {:>#18x}", columns[0].readings[i].addr);
         }
+        for (c, w) in columns.iter().zip(&widths) {
+            line += &format!("  {:>w$}", cell(c, i));
+        }
+        println!("{line}");
     }
     Ok(())
 }
