@@ -74,7 +74,11 @@ fn without_btf_refused() -> Result<()> {
     // Made by `make vm-test` with llvm-objcopy --remove-section=.BTF, like a module built
     // against a tree without vmlinux.
     let stripped = moddir()?.join(format!("{MODULE}-nobtf.ko"));
-    check!(stripped.exists(), "{} exists (made by make vm-test)", stripped.display());
+    check!(
+        stripped.exists(),
+        "{} exists (made by make vm-test)",
+        stripped.display()
+    );
     rmmod_wait(MODULE, Duration::from_secs(10))?;
     let before = dmesg()?;
     let res = insmod(&stripped);
