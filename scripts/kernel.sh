@@ -101,11 +101,13 @@ build_key() {
 
 build_dir() { echo "$RKF_CACHE/build/$1-$(src_version)-$(build_key "$1")"; }
 
-# The export series may only add EXPORT_SYMBOL_GPL lines.
+# The export series may only add EXPORT_SYMBOL_GPL lines: in the diff part of a patch
+# (after its first "--- a/" line), every added line is an export and nothing is removed.
 check_export_only() {
 	local bad
-	bad=$(grep -E '^[+-]' "$1" | grep -vE '^(\+\+\+|---) ' |
-	      grep -vE '^\+EXPORT_SYMBOL_GPL\([A-Za-z0-9_]+\);$' | grep -vE '^\+$' || true)
+	bad=$(awk '/^--- a\//{d=1} d && /^(\+\+\+|---) /{next}
+		   d && /^-/{print; next}
+		   d && /^\+/ && !/^\+EXPORT_SYMBOL_GPL\([A-Za-z0-9_]+\);$/{print}' "$1")
 	[[ -z $bad ]] || die "$(basename "$1") changes more than EXPORT_SYMBOL_GPL lines:
 $bad"
 }
