@@ -23,7 +23,7 @@ export PATH := $(LLVM_BIN):$(HOME)/.cargo/bin:$(PATH)
 RKF_WERROR ?= $(if $(filter true 1,$(CI)),1,0)
 export RKF_WERROR
 
-MODULES := rkf_percpu
+MODULES := rkf_percpu rkf_stack
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
 	host-test lint vm-test check run clean help

@@ -39,4 +39,24 @@ extern const struct btf_kfunc_id_set rkf_percpu_kfunc_set;
 void *rkf_percpu_resolve(const void *ptr, u32 cpu);
 void *rkf_percpu_resolve_this(const void *ptr);
 
+/* ---- rkf_stack ------------------------------------------------------------------- */
+
+struct mm_struct;
+struct pt_regs;
+
+/* The kfunc sets of rkf_stack: for the tracing hook, and for kprobe programs. */
+extern const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set;
+extern const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set;
+
+long rkf_stack_capture(struct pt_regs *regs, bool user, u32 max_depth, u32 skip,
+		       void *buf, u32 elem_size);
+struct mm_struct *rkf_stack_mm_lock(void **cookie);
+void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);
+void rkf_stack_mm_init(void);
+void rkf_stack_mm_exit(void);
+
+/* Implemented in Rust (rust/stack.rs). */
+long rkf_stack_get(struct pt_regs *regs, void *buf, u32 size, u64 flags);
+long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
+
 #endif /* _RKF_H */

@@ -83,4 +83,29 @@ struct rkf_percpu_probe {
 	__u64 self;
 } __attribute__((preserve_access_index));
 
+/* ---- rkf_stack ----------------------------------------------------------------------
+ *
+ * bpf_get_stack() as kfuncs: the same flags (skip in BPF_F_SKIP_FIELD_MASK,
+ * BPF_F_USER_STACK, BPF_F_USER_BUILD_ID), the same buffer layout (u64 ips, or
+ * struct bpf_stack_build_id), the same return value and errnos, the tail zeroed.
+ *
+ *	program type                          kfunc                        stack starts at
+ *	fentry/fexit, tp_btf, raw_tp,         bpf_rkf_get_stack()          the program
+ *	tracepoint, syscall
+ *	kprobe                                bpf_rkf_get_stack_kprobe()   the probed instruction
+ *	perf_event                            bpf_rkf_get_stack_pe()       the sampled regs, or the
+ *	                                                                   sample's callchain
+ *
+ * For fentry/fexit, tp_btf and raw_tp programs this is where the helper's stack starts
+ * too.  For tracepoint programs the helper starts at the tracepoint, a few frames further
+ * down (the program, trace_call_bpf(), perf_trace_run_bpf_submit(), perf_trace_<event>()):
+ * skip them with the skip count.  The kfuncs need CAP_PERFMON-loaded programs only for
+ * uninitialised stack buffers; initialise the buffer otherwise.
+ */
+extern long bpf_rkf_get_stack(void *buf, __u32 buf__sz, __u64 flags) __ksym __weak;
+extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__sz,
+				     __u64 flags) __ksym __weak;
+extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u32 buf__sz,
+				 __u64 flags) __ksym __weak;
+
 #endif /* __RKF_BPF_H */

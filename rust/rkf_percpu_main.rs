@@ -39,7 +39,7 @@ impl kernel::Module for RkfPercpu {
         percpu::init_probe();
         let kfuncs = KfuncRegistration::new(
             module,
-            &shim::RKF_PERCPU_KFUNCS,
+            &percpu::KFUNCS,
             &[ProgType::Tracing, ProgType::Kprobe, ProgType::Syscall],
         )?;
         pr_info!("kfuncs bpf_rkf_per_cpu_ptr and bpf_rkf_this_cpu_ptr registered\n");

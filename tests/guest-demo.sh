@@ -6,7 +6,7 @@ set -eu
 : "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
 rkf=$RKF_ROOT/target/release/rkf
 
-for m in rkf_percpu; do
+for m in rkf_percpu rkf_stack; do
 	insmod "$RKF_MODDIR/$m.ko"
 done
 echo "\$ lsmod"
@@ -20,6 +20,6 @@ run percpu runqueues.nr_running
 run percpu runqueues.cpu --addr
 run percpu bpf_prog_active
 run percpu rkf_percpu_probe.magic
-for m in rkf_percpu; do
+for m in rkf_percpu rkf_stack; do
 	rmmod "$m"
 done

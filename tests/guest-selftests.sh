@@ -5,7 +5,7 @@
 # the modules.  A module that does not load or does not unload fails the run.
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
-modules=(rkf_percpu)
+modules=(rkf_percpu rkf_stack)
 kmemleak=/sys/kernel/debug/kmemleak
 
 # Forget what boot left behind: only leaks from the run count.
@@ -19,7 +19,8 @@ for m in "${modules[@]}"; do
 	fi
 done
 
-"$RKF_ROOT/target/release/rkf-selftests" | tee "$RKF_OUT/ktap.txt"
+# Arguments go to the runner (for example -t NAME).
+"$RKF_ROOT/target/release/rkf-selftests" "$@" | tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}
 
 for m in "${modules[@]}"; do

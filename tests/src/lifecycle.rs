@@ -28,7 +28,69 @@ pub const TESTS: &[Test] = &[
         name: "percpu_module_for_other_kernel_refused",
         run: other_kernel_refused,
     },
+    Test {
+        name: "stack_sysctl_busy_while_loaded",
+        run: stack_sysctl_busy,
+    },
+    Test {
+        name: "stack_module_reload_cycles",
+        run: stack_reload_cycles,
+    },
 ];
+
+const STACK: &str = "rkf_stack";
+const MAX_STACK: &str = "/proc/sys/kernel/perf_event_max_stack";
+
+/// Writes `kernel.perf_event_max_stack` (its current value, so nothing changes).
+fn write_max_stack() -> std::io::Result<()> {
+    let v = std::fs::read_to_string(MAX_STACK)?;
+    std::fs::write(MAX_STACK, v.trim())
+}
+
+/// rkf_stack holds the perf callchain buffers while it is loaded, as a program that calls
+/// bpf_get_stack() does: the sysctl that sizes them cannot change meanwhile.
+fn stack_sysctl_busy() -> Result<()> {
+    rkf::modules::require(STACK)?;
+    let ko = moddir()?.join(format!("{STACK}.ko"));
+    let err = write_max_stack()
+        .err()
+        .context("kernel.perf_event_max_stack changed while rkf_stack holds the buffers")?;
+    diag!("write {MAX_STACK} with rkf_stack loaded: {err}");
+    check_eq!(
+        err.raw_os_error(),
+        Some(libc::EBUSY),
+        "errno of the sysctl write"
+    );
+    rmmod_wait(STACK, Duration::from_secs(10))?;
+    // Programs of earlier tests that called the helper may still be on their way out.
+    let start = std::time::Instant::now();
+    let res = loop {
+        match write_max_stack() {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && start.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => break r,
+        }
+    };
+    insmod(&ko).context("insmod rkf_stack again")?;
+    res.context("the sysctl write after rmmod rkf_stack")?;
+    Ok(())
+}
+
+/// Loads and unloads rkf_stack repeatedly; the kmemleak scan after the run (guest script)
+/// and the splat check catch what this leaks or breaks.
+fn stack_reload_cycles() -> Result<()> {
+    let ko = moddir()?.join(format!("{STACK}.ko"));
+    for i in 0..5 {
+        rmmod_wait(STACK, Duration::from_secs(10)).with_context(|| format!("cycle {i}"))?;
+        insmod(&ko).with_context(|| format!("insmod, cycle {i}"))?;
+    }
+    rkf::modules::require(STACK)?;
+    crate::stack::smoke().context("the kfuncs after the cycles")
+}
 
 const MODULE: &str = "rkf_percpu";
 

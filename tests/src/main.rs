@@ -11,6 +11,7 @@ mod harness;
 mod kmod;
 mod lifecycle;
 mod percpu;
+mod stack;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]
@@ -22,6 +23,9 @@ mod skel {
     }
     pub mod percpu_types {
         include!(concat!(env!("OUT_DIR"), "/percpu_types.skel.rs"));
+    }
+    pub mod stack {
+        include!(concat!(env!("OUT_DIR"), "/stack.skel.rs"));
     }
 }
 
@@ -38,7 +42,11 @@ struct Args {
 
 fn all_tests() -> Vec<&'static harness::Test> {
     // The lifecycle tests reload the modules: they go last.
-    percpu::TESTS.iter().chain(lifecycle::TESTS).collect()
+    percpu::TESTS
+        .iter()
+        .chain(stack::TESTS)
+        .chain(lifecycle::TESTS)
+        .collect()
 }
 
 fn main() {

@@ -20,6 +20,8 @@ pub struct Symbol {
 /// The kernel's symbol table.
 pub struct Kallsyms {
     syms: Vec<Symbol>,
+    /// Indices of the text symbols, sorted by address, for [`Kallsyms::symbolize`].
+    text: Vec<usize>,
 }
 
 impl Kallsyms {
@@ -53,7 +55,23 @@ impl Kallsyms {
                 module,
             });
         }
-        Ok(Self { syms })
+        let mut text: Vec<usize> = (0..syms.len())
+            .filter(|&i| matches!(syms[i].kind, 'T' | 't' | 'W' | 'w'))
+            .collect();
+        // Among symbols at one address, section markers (`__sched_text_start`, `_stext`)
+        // sort first, so that the function, last, is the one `symbolize()` names.
+        let marker = |n: &str| n.ends_with("_start") || n.ends_with("_text") || n == "_stext";
+        text.sort_by_key(|&i| (syms[i].addr, !marker(&syms[i].name)));
+        Ok(Self { syms, text })
+    }
+
+    /// The text symbol `addr` falls in, and the offset into it: the last text symbol at
+    /// or below `addr`.  (Kallsyms has no sizes; an address past a function's end is
+    /// attributed to it.)
+    pub fn symbolize(&self, addr: u64) -> Option<(&Symbol, u64)> {
+        let pos = self.text.partition_point(|&i| self.syms[i].addr <= addr);
+        let sym = &self.syms[*self.text.get(pos.checked_sub(1)?)?];
+        Some((sym, addr - sym.addr))
     }
 
     /// The address of `name` in `module` (`None`: vmlinux), if the symbol is unique there.
@@ -99,6 +117,19 @@ ffffffffc0004000 d rkf_percpu_probe\t[rkf_percpu]
             .to_string()
             .contains("not unique"));
         assert!(k.lookup("nope", None).is_err());
+    }
+
+    #[test]
+    fn symbolize() {
+        let k = Kallsyms::parse(TEXT).unwrap();
+        let (s, off) = k.symbolize(0xffffffff81000010).unwrap();
+        assert_eq!((s.name.as_str(), off), ("_text", 0x10));
+        let (s, off) = k.symbolize(0xffffffffc0002004).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.module.as_deref(), off),
+            ("bpf_rkf_per_cpu_ptr", Some("rkf_percpu"), 4)
+        );
+        assert!(k.symbolize(0x1000).is_none());
     }
 
     #[test]

@@ -9,3 +9,4 @@
 #![no_std]
 
 pub mod percpu;
+pub mod stack;

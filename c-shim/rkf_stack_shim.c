@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_stack: kfunc entry points and BTF sets, and the pieces of bpf_get_stack() that are
+ * inline or macros in the kernel: the per-cpu pt_regs slots and perf_fetch_caller_regs()
+ * of the raw_tp flavour, the callchain taken with preemption disabled, and the mmap lock
+ * with its irq_work deferred unlock.  The rules (flags, sizes, the tail, build ids) are in
+ * rust/stack.rs and rust/core/src/stack.rs.
+ *
+ * Everything here mirrors kernel/bpf/stackmap.c and kernel/trace/bpf_trace.c so that the
+ * kfuncs return byte for byte what the helper returns.
+ */
+
+#include <linux/bpf.h>
+#include <linux/btf.h>
+#include <linux/btf_ids.h>
+#include <linux/irq_work.h>
+#include <linux/mmap_lock.h>
+#include <linux/perf_event.h>
+#include <linux/percpu.h>
+#include <linux/sched.h>
+
+#include "rkf.h"
+
+/* As get_bpf_raw_tp_regs(): three nesting levels of regs per cpu. */
+struct rkf_stack_regs {
+	struct pt_regs regs[3];
+};
+
+static DEFINE_PER_CPU(struct rkf_stack_regs, rkf_stack_regs);
+static DEFINE_PER_CPU(int, rkf_stack_nest_level);
+
+static struct pt_regs *rkf_stack_regs_get(void)
+{
+	struct rkf_stack_regs *r = this_cpu_ptr(&rkf_stack_regs);
+	int level = this_cpu_inc_return(rkf_stack_nest_level);
+
+	if (level > ARRAY_SIZE(r->regs)) {
+		this_cpu_dec(rkf_stack_nest_level);
+		return ERR_PTR(-EBUSY);
+	}
+	return &r->regs[level - 1];
+}
+
+static void rkf_stack_regs_put(void)
+{
+	this_cpu_dec(rkf_stack_nest_level);
+}
+
+__bpf_kfunc_start_defs();
+
+/**
+ * bpf_rkf_get_stack() - copy the current stack into a buffer, as bpf_get_stack()
+ * @buf:    the buffer: ips (u64), or struct bpf_stack_build_id with BPF_F_USER_BUILD_ID
+ * @buf__sz: its size in bytes
+ * @flags:  BPF_F_SKIP_FIELD_MASK | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID
+ *
+ * The kernel stack starts at the calling program, as the helper's does for raw
+ * tracepoint, tp_btf, fentry/fexit and tracepoint programs.
+ *
+ * Return: the bytes written, or a negative errno with the buffer zeroed (-EBUSY, nested
+ * more than three deep on this cpu, leaves it untouched), exactly as the helper.
+ */
+__bpf_kfunc long bpf_rkf_get_stack(void *buf, u32 buf__sz, u64 flags)
+{
+	struct pt_regs *regs = rkf_stack_regs_get();
+	long ret;
+
+	if (IS_ERR(regs))
+		return PTR_ERR(regs);
+	/*
+	 * Here, in the function the program calls, and not deeper: the regs then name the
+	 * program as the caller, and the unwind starts at this frame, as with the helper.
+	 */
+	perf_fetch_caller_regs(regs);
+	ret = rkf_stack_get(regs, buf, buf__sz, flags);
+	rkf_stack_regs_put();
+	return ret;
+}
+
+/**
+ * bpf_rkf_get_stack_kprobe() - bpf_get_stack() for kprobe programs
+ * @ctx:    the program's context, the probed pt_regs
+ * @buf:    as bpf_rkf_get_stack()
+ * @buf__sz: as bpf_rkf_get_stack()
+ * @flags:  as bpf_rkf_get_stack()
+ *
+ * The kernel stack starts at the probed instruction.
+ *
+ * Return: as bpf_rkf_get_stack().
+ */
+__bpf_kfunc long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, u32 buf__sz,
+					  u64 flags)
+{
+	return rkf_stack_get(ctx, buf, buf__sz, flags);
+}
+
+/**
+ * bpf_rkf_get_stack_pe() - bpf_get_stack() for perf_event programs
+ * @ctx:    the program's context
+ * @buf:    as bpf_rkf_get_stack()
+ * @buf__sz: as bpf_rkf_get_stack()
+ * @flags:  as bpf_rkf_get_stack()
+ *
+ * As bpf_get_stack_pe(): if the event samples callchains (PERF_SAMPLE_CALLCHAIN), the
+ * stack is the sample's, with perf's context markers; otherwise it is walked from the
+ * sampled regs.
+ *
+ * Return: as bpf_rkf_get_stack().
+ */
+__bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf,
+				      u32 buf__sz, u64 flags)
+{
+	struct bpf_perf_event_data_kern *kctx = (struct bpf_perf_event_data_kern *)ctx;
+	const struct perf_callchain_entry *trace;
+
+	if (!(kctx->event->attr.sample_type & PERF_SAMPLE_CALLCHAIN))
+		return rkf_stack_get((struct pt_regs *)kctx->regs, buf, buf__sz, flags);
+	trace = kctx->data->callchain;
+	return rkf_stack_get_sampled(trace ? trace->ip : NULL, trace ? trace->nr : 0,
+				     buf, buf__sz, flags);
+}
+
+__bpf_kfunc_end_defs();
+
+BTF_KFUNCS_START(rkf_stack_tracing_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_rkf_get_stack)
+BTF_ID_FLAGS(func, bpf_rkf_get_stack_pe)
+BTF_KFUNCS_END(rkf_stack_tracing_kfunc_ids)
+
+BTF_KFUNCS_START(rkf_stack_kprobe_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe)
+BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
+
+const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set = {
+	.owner = THIS_MODULE,
+	.set = &rkf_stack_tracing_kfunc_ids,
+};
+
+const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set = {
+	.owner = THIS_MODULE,
+	.set = &rkf_stack_kprobe_kfunc_ids,
+};
+
+/**
+ * rkf_stack_capture() - take the callchain and store it, as __bpf_get_stack() does
+ * @regs:      where the stack starts
+ * @user:      the user stack instead of the kernel stack
+ * @max_depth: how deep to walk, skipped frames included
+ * @skip:      frames to drop from the top
+ * @buf:       the program's buffer, large enough for max_depth - skip entries
+ * @elem_size: 8 for ips, sizeof(struct bpf_stack_build_id) for build-id entries
+ *
+ * The callchain entry is only valid with preemption disabled and under RCU, hence C.
+ *
+ * Return: the number of entries stored, or -EFAULT when there is no callchain or fewer
+ * than @skip frames.
+ */
+long rkf_stack_capture(struct pt_regs *regs, bool user, u32 max_depth, u32 skip,
+		       void *buf, u32 elem_size)
+{
+	struct perf_callchain_entry *trace;
+	u32 nr, i;
+
+	/*
+	 * RCU too, for the rcu_dereference() of the callchain buffers: sleepable and syscall
+	 * programs run under RCU tasks trace only (the helper takes it only on its may_fault
+	 * path).
+	 */
+	preempt_disable();
+	rcu_read_lock();
+	trace = get_perf_callchain(regs, !user, user, max_depth, false, false, 0);
+	if (unlikely(!trace) || trace->nr < skip) {
+		rcu_read_unlock();
+		preempt_enable();
+		return -EFAULT;
+	}
+	nr = trace->nr - skip;
+	if (elem_size == sizeof(u64)) {
+		memcpy(buf, trace->ip + skip, nr * sizeof(u64));
+	} else {
+		struct bpf_stack_build_id *ids = buf;
+
+		for (i = 0; i < nr; i++)
+			ids[i].ip = trace->ip[skip + i];
+	}
+	rcu_read_unlock();
+	preempt_enable();
+	return nr;
+}
+
+/*
+ * The deferred mmap_read_unlock() of kernel/bpf/mmap_unlock_work.h, with a per-cpu slot
+ * of the module's own (the kernel's is not exported).
+ */
+struct rkf_mmap_unlock_work {
+	struct irq_work irq_work;
+	struct mm_struct *mm;
+	atomic_t active;
+};
+
+static DEFINE_PER_CPU(struct rkf_mmap_unlock_work, rkf_mmap_unlock_work);
+
+static void rkf_do_mmap_read_unlock(struct irq_work *entry)
+{
+	struct rkf_mmap_unlock_work *work;
+
+	work = container_of(entry, struct rkf_mmap_unlock_work, irq_work);
+	mmap_read_unlock_non_owner(work->mm);
+	work->mm = NULL;
+	atomic_set_release(&work->active, 0);
+}
+
+/**
+ * rkf_stack_mm_lock() - read-lock current->mm for build-id lookups, or fail
+ * @cookie: set to what rkf_stack_mm_unlock() needs
+ *
+ * As stack_map_get_build_id_offset(): with irqs disabled the unlock must be deferred to
+ * an irq_work, whose per-cpu slot is reserved here.
+ *
+ * Return: the locked mm, or NULL (no mm, slot busy, or contended): fall back to ips.
+ */
+struct mm_struct *rkf_stack_mm_lock(void **cookie)
+{
+	struct rkf_mmap_unlock_work *work = NULL;
+	struct mm_struct *mm = current->mm;
+
+	if (!mm)
+		return NULL;
+	if (irqs_disabled()) {
+		if (IS_ENABLED(CONFIG_PREEMPT_RT))
+			return NULL;
+		work = this_cpu_ptr(&rkf_mmap_unlock_work);
+		if (irq_work_is_busy(&work->irq_work) ||
+		    atomic_cmpxchg_acquire(&work->active, 0, 1))
+			return NULL;
+	}
+	if (!mmap_read_trylock(mm)) {
+		if (work)
+			atomic_set_release(&work->active, 0);
+		return NULL;
+	}
+	*cookie = work;
+	return mm;
+}
+
+/**
+ * rkf_stack_mm_unlock() - undo rkf_stack_mm_lock()
+ * @mm:     the locked mm
+ * @cookie: what rkf_stack_mm_lock() set
+ */
+void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie)
+{
+	struct rkf_mmap_unlock_work *work = cookie;
+
+	if (!work) {
+		mmap_read_unlock(mm);
+		return;
+	}
+	work->mm = mm;
+	/* Released from the irq_work; tell lockdep now, as bpf_mmap_unlock_mm() does. */
+	rwsem_release(&mm->mmap_lock.dep_map, _RET_IP_);
+	irq_work_queue(&work->irq_work);
+}
+
+/** rkf_stack_mm_init() - set up the per-cpu unlock slots */
+void rkf_stack_mm_init(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		init_irq_work(&per_cpu_ptr(&rkf_mmap_unlock_work, cpu)->irq_work,
+			      rkf_do_mmap_read_unlock);
+}
+
+/** rkf_stack_mm_exit() - wait for deferred unlocks before the module goes */
+void rkf_stack_mm_exit(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		irq_work_sync(&per_cpu_ptr(&rkf_mmap_unlock_work, cpu)->irq_work);
+}

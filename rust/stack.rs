@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `bpf_get_stack()` as kfuncs: `bpf_rkf_get_stack()` and `bpf_rkf_get_stack_kprobe()`.
+//!
+//! The C shim fetches the regs and takes the callchain; this file applies the helper's
+//! rules around it (rust/core/src/stack.rs) and resolves build ids.
+
+use core::ptr;
+
+use kernel::{
+    bindings,
+    ffi::{c_long, c_void},
+    page::PAGE_SHIFT,
+    prelude::*,
+};
+
+use crate::shim::KfuncSet;
+use crate::stack_core::{self, AddressSpace, Vma, BUILD_ID_SIZE};
+
+// The items of c-shim/rkf.h for rkf_stack, and the exports of the rkf export patch.
+mod shim {
+    use kernel::{
+        bindings,
+        ffi::{c_int, c_long, c_void},
+    };
+
+    use crate::shim::KfuncIdSetC;
+
+    /// A `struct mm_struct`, opaque here: the bindgen type is not FFI-safe by rustc's rules.
+    #[repr(C)]
+    pub(super) struct MmC {
+        _opaque: [u8; 0],
+    }
+
+    extern "C" {
+        pub(super) static rkf_stack_tracing_kfunc_set: KfuncIdSetC;
+        pub(super) static rkf_stack_kprobe_kfunc_set: KfuncIdSetC;
+
+        pub(super) fn rkf_stack_capture(
+            regs: *mut bindings::pt_regs,
+            user: bool,
+            max_depth: u32,
+            skip: u32,
+            buf: *mut c_void,
+            elem_size: u32,
+        ) -> c_long;
+        pub(super) fn rkf_stack_mm_lock(cookie: *mut *mut c_void) -> *mut MmC;
+        pub(super) fn rkf_stack_mm_unlock(mm: *mut MmC, cookie: *mut c_void);
+        pub(super) fn rkf_stack_mm_init();
+        pub(super) fn rkf_stack_mm_exit();
+
+        // kernel/events/callchain.c, exported by scripts/kernel/patches/0001-*.patch.
+        pub(super) fn get_callchain_buffers(event_max_stack: c_int) -> c_int;
+        pub(super) fn put_callchain_buffers();
+        pub(super) static sysctl_perf_event_max_stack: c_int;
+    }
+}
+
+/// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`.
+pub(crate) static TRACING_KFUNCS: KfuncSet =
+    // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
+    KfuncSet::new(unsafe { &shim::rkf_stack_tracing_kfunc_set });
+
+/// The kfunc set for kprobe programs: `bpf_rkf_get_stack_kprobe()`.
+pub(crate) static KPROBE_KFUNCS: KfuncSet =
+    // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` as a const object.
+    KfuncSet::new(unsafe { &shim::rkf_stack_kprobe_kfunc_set });
+
+/// A reference on the perf callchain buffers, held while the module is loaded.
+///
+/// The verifier takes one for each program that calls `bpf_get_stack()`; kfunc calls get
+/// none, so the module holds its own.  While it is held, `kernel.perf_event_max_stack`
+/// cannot change (the sysctl handler returns `EBUSY`), so the depth read at run time is
+/// the one the buffers were sized for.
+///
+/// # Invariants
+///
+/// `get_callchain_buffers()` succeeded for this object and is undone only by its drop.
+pub(crate) struct CallchainBuffers {
+    _private: (),
+}
+
+impl CallchainBuffers {
+    /// Takes the reference, sized for the current `kernel.perf_event_max_stack`.
+    pub(crate) fn get() -> Result<Self> {
+        let max = sysctl_max_stack();
+        // SAFETY: no preconditions; `max` is the sysctl's own value, so this does not
+        // fail with EOVERFLOW.
+        kernel::error::to_result(unsafe { shim::get_callchain_buffers(max as i32) })
+            .inspect_err(|e| pr_err!("cannot get the perf callchain buffers: {:?}\n", e))?;
+        // INVARIANT: the reference was just taken.
+        Ok(Self { _private: () })
+    }
+}
+
+impl Drop for CallchainBuffers {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant, this object holds one reference.
+        unsafe { shim::put_callchain_buffers() };
+    }
+}
+
+/// The per-cpu irq_work slots that defer `mmap_read_unlock()` when irqs are disabled.
+///
+/// # Invariants
+///
+/// `rkf_stack_mm_init()` ran for this object; dropping it waits for pending unlocks.
+pub(crate) struct MmUnlockWork {
+    _private: (),
+}
+
+impl MmUnlockWork {
+    /// Sets up the slots.
+    pub(crate) fn new() -> Self {
+        // SAFETY: called once, at module init, before any kfunc can run.
+        unsafe { shim::rkf_stack_mm_init() };
+        // INVARIANT: just initialised.
+        Self { _private: () }
+    }
+}
+
+impl Drop for MmUnlockWork {
+    fn drop(&mut self) {
+        // SAFETY: the slots were initialised (type invariant); no program can call the
+        // kfuncs any more when the module goes, so no new work is queued.
+        unsafe { shim::rkf_stack_mm_exit() };
+    }
+}
+
+/// `READ_ONCE(sysctl_perf_event_max_stack)`.
+fn sysctl_max_stack() -> u32 {
+    // SAFETY: an exported int, read once; it only changes through its sysctl handler.
+    let v = unsafe { ptr::read_volatile(&raw const shim::sysctl_perf_event_max_stack) };
+    v.max(0) as u32
+}
+
+/// `current->mm`, read-locked, as an address space for build-id resolution.
+struct LockedMm {
+    mm: *mut shim::MmC,
+    cookie: *mut c_void,
+}
+
+impl LockedMm {
+    fn lock() -> Option<Self> {
+        let mut cookie = ptr::null_mut();
+        // SAFETY: `cookie` is a valid place for the shim to write.
+        let mm = unsafe { shim::rkf_stack_mm_lock(&mut cookie) };
+        // Not `then_some()`: that would build, and so drop (unlock), a `LockedMm` for a
+        // NULL mm.
+        if mm.is_null() {
+            None
+        } else {
+            Some(Self { mm, cookie })
+        }
+    }
+}
+
+impl Drop for LockedMm {
+    fn drop(&mut self) {
+        // SAFETY: `mm` and `cookie` come from a successful `rkf_stack_mm_lock()`.
+        unsafe { shim::rkf_stack_mm_unlock(self.mm, self.cookie) };
+    }
+}
+
+impl AddressSpace for LockedMm {
+    fn find_vma(&mut self, ip: u64) -> Option<Vma> {
+        // SAFETY: `self.mm` is read-locked, as find_vma() requires.
+        let vma = unsafe { bindings::find_vma(self.mm.cast(), ip as usize) };
+        if vma.is_null() {
+            return None;
+        }
+        // SAFETY: `vma` belongs to the read-locked mm and stays valid while it is locked.
+        let v = unsafe { &*vma };
+        // SAFETY: the first union member of a live vma holds `vm_start`/`vm_end`.
+        let range = unsafe { v.__bindgen_anon_1.__bindgen_anon_1 };
+        Some(Vma {
+            start: range.vm_start as u64,
+            end: range.vm_end as u64,
+            pgoff: v.vm_pgoff as u64,
+            anonymous: v.vm_ops.is_null(),
+            handle: vma as usize,
+        })
+    }
+
+    fn build_id(&mut self, vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
+        // SAFETY: `handle` is a vma of the read-locked mm (from `find_vma()` above) and
+        // `out` has room for BUILD_ID_SIZE_MAX bytes.
+        let r = unsafe {
+            bindings::build_id_parse_nofault(
+                vma.handle as *mut bindings::vm_area_struct,
+                out.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        r == 0
+    }
+}
+
+/// `__bpf_get_stack()` for the current task: `regs` is where the stack starts.
+///
+/// Called by the kfunc entry points of the shim, which the verifier has checked: `buf` is
+/// `size` bytes of writable memory.
+#[no_mangle]
+pub(crate) extern "C" fn rkf_stack_get(
+    regs: *mut bindings::pt_regs,
+    buf: *mut c_void,
+    size: u32,
+    flags: u64,
+) -> c_long {
+    // SAFETY: the verifier checked that `buf` is `size` bytes the program may write, and
+    // nothing else touches it during the call.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
+    let req = match stack_core::plan(flags, size, sysctl_max_stack()) {
+        Ok(r) => r,
+        Err(errno) => {
+            bytes.fill(0);
+            return -(errno as c_long);
+        }
+    };
+    // SAFETY: `regs` is valid for the call; `buf` has room for `max_depth - skip`
+    // entries of `elem_size` bytes, since `max_depth <= size / elem_size + skip`.
+    let n = unsafe {
+        shim::rkf_stack_capture(regs, req.user, req.max_depth, req.skip, buf, req.elem_size)
+    };
+    if n < 0 {
+        bytes.fill(0);
+        return n;
+    }
+    let n = n as u32;
+    if req.build_id {
+        resolve_build_ids(bytes, n);
+    }
+    stack_core::finalize(bytes, n, req.elem_size) as c_long
+}
+
+/// `bpf_get_stack_pe()` for an event that samples callchains: copies from the sample's
+/// callchain `ips[..nr]` (`ips` is NULL when the sample has none).
+///
+/// Called by `bpf_rkf_get_stack_pe()`; `buf` is `size` bytes the verifier checked.
+#[no_mangle]
+pub(crate) extern "C" fn rkf_stack_get_sampled(
+    ips: *const u64,
+    nr: u64,
+    buf: *mut c_void,
+    size: u32,
+    flags: u64,
+) -> c_long {
+    // SAFETY: as in `rkf_stack_get()`.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
+    // SAFETY: the sample's callchain holds `nr` entries and lives as long as the sample,
+    // which outlives the program run that calls this.
+    let ips = (!ips.is_null()).then(|| unsafe { core::slice::from_raw_parts(ips, nr as usize) });
+    let s = match stack_core::plan_sampled(ips, flags, size, sysctl_max_stack()) {
+        Ok(s) => s,
+        Err(errno) => {
+            bytes.fill(0);
+            return -(errno as c_long);
+        }
+    };
+    let ips = ips.unwrap_or_default();
+    let chosen = &ips[s.start..s.start + s.n as usize];
+    if s.build_id {
+        for (i, &ip) in chosen.iter().enumerate() {
+            stack_core::set_entry_ip(bytes, i, ip);
+        }
+        resolve_build_ids(bytes, s.n);
+    } else {
+        for (dst, &ip) in bytes.chunks_exact_mut(8).zip(chosen) {
+            dst.copy_from_slice(&ip.to_ne_bytes());
+        }
+    }
+    stack_core::finalize(bytes, s.n, s.elem_size) as c_long
+}
+
+/// The build-id pass of `stack_map_get_build_id_offset()` over the first `n` entries.
+fn resolve_build_ids(bytes: &mut [u8], n: u32) {
+    match LockedMm::lock() {
+        Some(mut mm) => {
+            stack_core::resolve_build_ids(&mut mm, bytes, n as usize, PAGE_SHIFT as u32)
+        }
+        None => stack_core::fall_back_to_ips(bytes, n as usize),
+    }
+}

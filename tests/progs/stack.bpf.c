@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_stack differential tests: on one event, one program calls the kfunc and
+ * bpf_get_stack() with the same flags and size, into buffers of its own.  User space arms
+ * the programs, triggers the event from the test thread, and compares.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "rkf.bpf.h"
+
+#define DEPTH 64
+
+enum kind { FENTRY, FEXIT, TP_BTF, RAW_TP, TRACEPOINT, KPROBE, SYSCALL, PERF_EVENT, NR_KINDS };
+
+struct stack_sample {
+	long kf_ret;
+	long h_ret;
+	__u64 kf[DEPTH];	/* bytes, as ips or struct bpf_stack_build_id */
+	__u64 h[DEPTH];
+};
+
+/* Inputs. */
+__u32 target_tgid;
+__u64 flags;
+__u32 size;
+__u32 armed[NR_KINDS];
+
+/* Outputs. */
+struct stack_sample samples[NR_KINDS];
+
+static __always_inline int take(enum kind k, void *ctx)
+{
+	struct stack_sample *s = &samples[k];
+	__u32 sz = size;
+
+	if (k != SYSCALL && bpf_get_current_pid_tgid() >> 32 != target_tgid)
+		return 0;
+	if (!armed[k])
+		return 0;
+	armed[k] = 0;
+	if (sz > sizeof(s->kf))
+		sz = sizeof(s->kf);
+	if (k == KPROBE)
+		s->kf_ret = bpf_rkf_get_stack_kprobe(ctx, s->kf, sz, flags);
+	else if (k == PERF_EVENT)
+		s->kf_ret = bpf_rkf_get_stack_pe(ctx, s->kf, sz, flags);
+	else
+		s->kf_ret = bpf_rkf_get_stack(s->kf, sz, flags);
+	/*
+	 * In syscall programs the helper calls get_perf_callchain() outside rcu_read_lock()
+	 * (lockdep: suspicious RCU usage, kernel/events/callchain.c): only the kfunc runs.
+	 */
+	if (k != SYSCALL)
+		s->h_ret = bpf_get_stack(ctx, s->h, sz, flags);
+	return 0;
+}
+
+SEC("fentry/hrtimer_nanosleep")
+int BPF_PROG(fentry_prog)
+{
+	return take(FENTRY, ctx);
+}
+
+SEC("fexit/hrtimer_nanosleep")
+int BPF_PROG(fexit_prog)
+{
+	return take(FEXIT, ctx);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tp_btf_prog, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return take(TP_BTF, ctx);
+}
+
+SEC("raw_tp/sched_switch")
+int raw_tp_prog(void *ctx)
+{
+	return take(RAW_TP, ctx);
+}
+
+SEC("tracepoint/sched/sched_switch")
+int tracepoint_prog(void *ctx)
+{
+	return take(TRACEPOINT, ctx);
+}
+
+SEC("kprobe/hrtimer_nanosleep")
+int kprobe_prog(struct pt_regs *ctx)
+{
+	return take(KPROBE, ctx);
+}
+
+SEC("syscall")
+int syscall_prog(void *ctx)
+{
+	return take(SYSCALL, ctx);
+}
+
+SEC("perf_event")
+int perf_event_prog(struct bpf_perf_event_data *ctx)
+{
+	return take(PERF_EVENT, ctx);
+}
+
+char LICENSE[] SEC("license") = "GPL";
