@@ -98,8 +98,9 @@ fn words(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Loads and attaches stack.bpf.c.
-fn load<'o>(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<StackSkel<'o>> {
+/// Loads and attaches stack.bpf.c; returns it with the symbol table read afterwards, so
+/// that the programs' own symbols are in it.
+fn load<'o>(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<(StackSkel<'o>, Kallsyms)> {
     modules::require("rkf_stack")?;
     let mut open = StackSkelBuilder::default().open(obj)?;
     open.maps
@@ -109,7 +110,7 @@ fn load<'o>(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<StackSkel
         .target_tgid = std::process::id();
     let mut skel = open.load().context("loading stack.bpf.c")?;
     skel.attach().context("attaching stack.bpf.c")?;
-    Ok(skel)
+    Ok((skel, Kallsyms::load()?))
 }
 
 /// Arms every program with `flags` and `size`, triggers the events from this thread with
@@ -227,9 +228,7 @@ fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &Kallsyms) -> Resu
 
 fn kernel_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     for skip in [0u32, 1, 2, 5] {
         for s in run(&mut skel, u64::from(skip), BUF, 2)? {
             diag!(
@@ -255,9 +254,7 @@ fn kernel_differential() -> Result<()> {
 
 fn user_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     for (skip, depth) in [(0u32, 0), (0, 4), (2, 4), (1, 12)] {
         for s in run(&mut skel, F_USER_STACK | u64::from(skip), BUF, depth)? {
             diag!(
@@ -313,8 +310,7 @@ fn own_build_id() -> Result<Vec<u8>> {
 fn build_id_differential() -> Result<()> {
     let want = own_build_id()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     let size = 16 * 32;
     let samples = run(&mut skel, F_USER_STACK | F_USER_BUILD_ID, size, 4)?;
     for s in &samples {
@@ -353,9 +349,7 @@ fn hex(b: &[u8]) -> String {
 
 fn errno_table() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     // (what, flags, size, expected return)
     let rows: &[(&str, u64, u32, i64)] = &[
         ("unknown flag BPF_F_FAST_STACK_CMP", 1 << 9, BUF, -22),
@@ -410,9 +404,7 @@ fn errno_table() -> Result<()> {
 
 fn kernel_symbols() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     let samples = run(&mut skel, 0, BUF, 0)?;
     // (kind, functions expected in this order, below the program)
     let expect: &[(Kind, &[&str])] = &[
@@ -453,9 +445,7 @@ fn kernel_symbols() -> Result<()> {
 /// One event, checked against the helper: for the tests that reload the module.
 pub(crate) fn smoke() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     for s in run(&mut skel, 1, BUF, 1)? {
         compare(&s, 1, false, BUF as usize, &k)?;
     }
@@ -542,9 +532,7 @@ fn perf_event_sample(
 
 fn perf_event_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj)?;
-    // After loading: the programs' own symbols are in kallsyms from then on.
-    let k = Kallsyms::load()?;
+    let (mut skel, k) = load(&mut obj)?;
     for (sample_type, what) in [(0, "regs"), (PERF_SAMPLE_CALLCHAIN, "sampled callchain")] {
         for (flags, size) in [
             (0u64, BUF),

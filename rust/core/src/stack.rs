@@ -129,30 +129,17 @@ pub fn plan_sampled(
     } else {
         (nr_kernel, flags)
     };
-    // __bpf_get_stack_pe().
-    let build_id = flags & F_USER_BUILD_ID != 0;
-    if !user && build_id {
-        return Err(EINVAL);
-    }
-    let elem_size = if build_id {
-        BUILD_ID_ENTRY_SIZE
-    } else {
-        IP_SIZE
-    };
-    if size & (elem_size - 1) != 0 {
-        return Err(EINVAL);
-    }
-    let skip = (flags & F_SKIP_FIELD_MASK) as u32;
-    let max_depth = (size / elem_size + skip).min(sysctl_max_stack);
-    let trace_nr = (trace_nr.min(u32::MAX as usize) as u32).min(max_depth);
-    if trace_nr < skip {
+    // __bpf_get_stack_pe() checks what __bpf_get_stack() checks, with the adjusted skip.
+    let req = plan(flags, size, sysctl_max_stack)?;
+    let trace_nr = (trace_nr.min(u32::MAX as usize) as u32).min(req.max_depth);
+    if trace_nr < req.skip {
         return Err(EFAULT);
     }
     Ok(Sampled {
-        start: skip as usize,
-        n: trace_nr - skip,
-        elem_size,
-        build_id,
+        start: req.skip as usize,
+        n: trace_nr - req.skip,
+        elem_size: req.elem_size,
+        build_id: req.build_id,
     })
 }
 
