@@ -18,3 +18,31 @@ __attribute__((noinline)) int rkf_stack_target(int depth)
 	nanosleep(&ts, NULL);
 	return 0;
 }
+
+/*
+ * Distinct user stacks for the "no stack lost" test: @variant picks one of eight leaf
+ * functions, @depth the recursion above it.
+ */
+#define LEAF(n)								\
+	__attribute__((noinline)) static int leaf##n(void)		\
+	{								\
+		struct timespec ts = { 0, 1000 + n };			\
+		volatile int r = nanosleep(&ts, NULL);			\
+		return r + n;						\
+	}
+LEAF(0) LEAF(1) LEAF(2) LEAF(3) LEAF(4) LEAF(5) LEAF(6) LEAF(7)
+
+static int (*const leaves[8])(void) = {
+	leaf0, leaf1, leaf2, leaf3, leaf4, leaf5, leaf6, leaf7,
+};
+
+__attribute__((noinline)) int rkf_stack_variant(int depth, int variant)
+{
+	volatile int r;
+
+	if (depth > 0) {
+		r = rkf_stack_variant(depth - 1, variant);
+		return r + 1;
+	}
+	return leaves[variant & 7]();
+}

@@ -27,6 +27,9 @@ mod skel {
     pub mod stack {
         include!(concat!(env!("OUT_DIR"), "/stack.skel.rs"));
     }
+    pub mod stack_lost {
+        include!(concat!(env!("OUT_DIR"), "/stack_lost.skel.rs"));
+    }
 }
 
 #[derive(Parser)]

@@ -43,6 +43,10 @@ pub const TESTS: &[Test] = &[
         name: "stack_perf_event_differential",
         run: perf_event_differential,
     },
+    Test {
+        name: "stack_no_stack_lost",
+        run: no_stack_lost,
+    },
 ];
 
 const F_USER_STACK: u64 = 1 << 8;
@@ -559,5 +563,57 @@ fn perf_event_differential() -> Result<()> {
             .with_context(|| format!("perf_event ({what}), flags {flags:#x}, size {size}"))?;
         }
     }
+    Ok(())
+}
+
+extern "C" {
+    /// tests/helpers/stack_target.c: `depth` levels of recursion over leaf `variant`.
+    fn rkf_stack_variant(depth: i32, variant: i32) -> i32;
+}
+
+/// 1,000 distinct user stacks (125 depths x 8 leaves): the kfunc delivers every one, a
+/// 64-entry stack map with bpf_get_stackid() loses some.
+fn no_stack_lost() -> Result<()> {
+    use crate::skel::stack_lost::StackLostSkelBuilder;
+
+    modules::require("rkf_stack")?;
+    let mut obj = MaybeUninit::uninit();
+    let mut open = StackLostSkelBuilder::default().open(&mut obj)?;
+    open.maps
+        .bss_data
+        .as_deref_mut()
+        .context("no .bss")?
+        .target_tgid = std::process::id();
+    let mut skel = open.load().context("loading stack_lost.bpf.c")?;
+    skel.attach().context("attaching stack_lost.bpf.c")?;
+    let mut want = std::collections::HashSet::new();
+    for depth in 0..125 {
+        for variant in 0..8 {
+            // SAFETY: a plain C function.
+            unsafe { rkf_stack_variant(depth, variant) };
+            want.insert((depth, variant));
+        }
+    }
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let n = bss.nr_recs as usize;
+    check_eq!(n, want.len(), "stacks recorded through the kfunc");
+    let mut distinct = std::collections::HashSet::new();
+    for r in &bss.recs[..n] {
+        check!(r.ret > 0, "the kfunc returned {}", r.ret);
+        distinct.insert(r.ips[..r.ret as usize / 8].to_vec());
+    }
+    diag!(
+        "kfunc: {} stacks, {} distinct; bpf_get_stackid into 64 entries: {} stored, {} lost",
+        n,
+        distinct.len(),
+        bss.stackid_ok,
+        bss.stackid_lost
+    );
+    check_eq!(
+        distinct.len(),
+        want.len(),
+        "distinct stacks delivered by the kfunc"
+    );
+    check!(bss.stackid_lost > 0, "the small stack map lost stacks");
     Ok(())
 }
