@@ -214,6 +214,8 @@ fn offset(pgoff: u64, start: u64, ip: u64, page_shift: u32) -> u64 {
 /// Turns the first `n` entries of `buf`, which hold ips, into build id + offset entries,
 /// falling back to the ip per entry where no build id can be had.
 pub fn resolve_build_ids(space: &mut impl AddressSpace, buf: &mut [u8], n: usize, page_shift: u32) {
+    // The callers pass at most what fits; never index past the buffer all the same.
+    let n = n.min(buf.len() / BUILD_ID_ENTRY_SIZE as usize);
     // The last vma with a build id (range, pgoff, and the id) and the last without one.
     let mut resolved: Option<(u64, u64, u64, [u8; BUILD_ID_SIZE])> = None;
     let mut unresolved: Option<(u64, u64)> = None;
@@ -248,6 +250,7 @@ pub fn resolve_build_ids(space: &mut impl AddressSpace, buf: &mut [u8], n: usize
 
 /// The fallback when the address space cannot be locked: every entry is an ip.
 pub fn fall_back_to_ips(buf: &mut [u8], n: usize) {
+    let n = n.min(buf.len() / BUILD_ID_ENTRY_SIZE as usize);
     for i in 0..n {
         set_ip(buf, i);
     }
