@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `bpf_get_stack()` as kfuncs: `bpf_rkf_get_stack()` and `bpf_rkf_get_stack_kprobe()`.
+//! `bpf_get_stack()` as kfuncs: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_kprobe()` and
+//! `bpf_rkf_get_stack_pe()`.
 //!
 //! The C shim fetches the regs and takes the callchain; this file applies the helper's
 //! rules around it (rust/core/src/stack.rs) and resolves build ids.
@@ -56,7 +57,7 @@ mod shim {
     }
 }
 
-/// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`.
+/// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_pe()`.
 pub(crate) static TRACING_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
     KfuncSet::new(unsafe { &shim::rkf_stack_tracing_kfunc_set });
