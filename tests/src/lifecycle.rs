@@ -3,7 +3,11 @@
 //! Module lifecycle: pinned while programs use it, refused when it cannot work, and
 //! reloadable.  These tests unload and reload the modules, so they run last.
 
-use std::{mem::MaybeUninit, path::PathBuf, time::Duration};
+use std::{
+    mem::MaybeUninit,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -132,6 +136,31 @@ fn pinned_by_program() -> Result<()> {
     Ok(())
 }
 
+/// Unloads rkf_percpu, tries `candidate` in its place, loads the real module again
+/// whatever happened, and checks that `candidate` was refused with ENOEXEC and a kernel
+/// log line containing one of `reasons`.
+fn expect_refused(candidate: &Path, what: &str, reasons: &[&str]) -> Result<()> {
+    rmmod_wait(MODULE, Duration::from_secs(10))?;
+    let before = dmesg()?;
+    let res = insmod(candidate);
+    let log = new_log(&before)?;
+    insmod(&ko()?).context("insmod the real module again")?;
+    let err = res.err().with_context(|| format!("{what} loaded"))?;
+    diag!("insmod {}: {err}", candidate.display());
+    check_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOEXEC),
+        "insmod errno of {what}"
+    );
+    let line = log.lines().find(|l| reasons.iter().any(|r| l.contains(r)));
+    check!(
+        line.is_some(),
+        "dmesg explains the refusal; it says: {log:?}"
+    );
+    diag!("dmesg: {}", line.unwrap_or_default().trim());
+    Ok(())
+}
+
 fn without_btf_refused() -> Result<()> {
     // Made by `make vm-test` with llvm-objcopy --remove-section=.BTF, like a module built
     // against a tree without vmlinux.
@@ -141,26 +170,7 @@ fn without_btf_refused() -> Result<()> {
         "{} exists (made by make vm-test)",
         stripped.display()
     );
-    rmmod_wait(MODULE, Duration::from_secs(10))?;
-    let before = dmesg()?;
-    let res = insmod(&stripped);
-    let log = new_log(&before)?;
-    // Restore the real module whatever happened.
-    insmod(&ko()?).context("insmod the real module again")?;
-    let err = res.err().context("a module without BTF loaded")?;
-    diag!("insmod {}: {err}", stripped.display());
-    check_eq!(
-        err.raw_os_error(),
-        Some(libc::ENOEXEC),
-        "insmod errno of a module without BTF"
-    );
-    let line = log.lines().find(|l| l.contains("has no .BTF section"));
-    check!(
-        line.is_some(),
-        "dmesg explains the refusal; it says: {log:?}"
-    );
-    diag!("dmesg: {}", line.unwrap_or_default().trim());
-    Ok(())
+    expect_refused(&stripped, "a module without BTF", &["has no .BTF section"])
 }
 
 fn other_kernel_refused() -> Result<()> {
@@ -169,30 +179,11 @@ fn other_kernel_refused() -> Result<()> {
             "RKF_FOREIGN_MODDIR is not set: it names modules built for the other kernel flavour",
         )?
         .into();
-    let foreign_ko = foreign.join(format!("{MODULE}.ko"));
-    rmmod_wait(MODULE, Duration::from_secs(10))?;
-    let before = dmesg()?;
-    let res = insmod(&foreign_ko);
-    let log = new_log(&before)?;
-    insmod(&ko()?).context("insmod the real module again")?;
-    let err = res
-        .err()
-        .context("a module built for another kernel loaded")?;
-    diag!("insmod {}: {err}", foreign_ko.display());
-    check_eq!(
-        err.raw_os_error(),
-        Some(libc::ENOEXEC),
-        "insmod errno of a module for another kernel"
-    );
     // The kernel checks the size of struct module first (it differs between the flavours:
     // lockdep grows it), then the version magic; either must explain the refusal.
-    let line = log
-        .lines()
-        .find(|l| l.contains("version magic") || l.contains("struct module size"));
-    check!(
-        line.is_some(),
-        "dmesg explains the refusal; it says: {log:?}"
-    );
-    diag!("dmesg: {}", line.unwrap_or_default().trim());
-    Ok(())
+    expect_refused(
+        &foreign.join(format!("{MODULE}.ko")),
+        "a module built for another kernel",
+        &["version magic", "struct module size"],
+    )
 }

@@ -11,6 +11,7 @@ mod harness;
 mod kmod;
 mod lifecycle;
 mod percpu;
+mod perf;
 mod stack;
 
 mod skel {

@@ -5,7 +5,7 @@
 //! A port of the upstream ksyms_btf checks (tools/testing/selftests/bpf/prog_tests/
 //! ksyms_btf.c) to the kfuncs, with the in-kernel helpers as the oracle in the same program.
 
-use std::{mem::MaybeUninit, time::Duration};
+use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{
@@ -383,23 +383,6 @@ fn prog_type_not_registered() -> Result<()> {
     )
 }
 
-fn perf_event_open_cpu_clock() -> Result<i32> {
-    // SAFETY: perf_event_attr is plain data; all-zero is a valid start.
-    let mut attr: libc_perf::perf_event_attr = unsafe { std::mem::zeroed() };
-    attr.type_ = libc_perf::PERF_TYPE_SOFTWARE;
-    attr.size = std::mem::size_of::<libc_perf::perf_event_attr>() as u32;
-    attr.config = libc_perf::PERF_COUNT_SW_CPU_CLOCK;
-    attr.sample_period = 200_000; // ns
-                                  // SAFETY: a valid attr; this thread, any cpu, no group, no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const _, 0, -1, -1, 0) };
-    check!(
-        fd >= 0,
-        "perf_event_open(cpu-clock): {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(fd as i32)
-}
-
 fn prog_types() -> Result<()> {
     const KINDS: [(&str, ProgramType); 6] = [
         ("fentry", ProgramType::Tracing),
@@ -430,11 +413,11 @@ fn prog_types() -> Result<()> {
         check_eq!(got, *want, "program type of the {name} program");
     }
     skel.attach().context("attaching")?;
-    let pfd = perf_event_open_cpu_clock()?;
-    let _perf: Link = skel
+    let pfd = crate::perf::open_cpu_clock(200_000, 0)?;
+    let perf: Link = skel
         .progs
         .perf_event_prog
-        .attach_perf_event(pfd)
+        .attach_perf_event(pfd.as_raw_fd())
         .context("attaching perf_event")?;
     // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock samples).
     for _ in 0..20 {
@@ -444,9 +427,8 @@ fn prog_types() -> Result<()> {
             std::hint::spin_loop();
         }
     }
-    drop(_perf);
-    // SAFETY: `pfd` is our perf event fd, closed once.
-    unsafe { libc::close(pfd) };
+    drop(perf);
+    drop(pfd);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     for (i, (name, _)) in KINDS.iter().enumerate() {
         diag!("{name}: {} calls, {} wrong", bss.hits[i], bss.bad[i]);
@@ -549,18 +531,4 @@ fn cli_errors() -> Result<()> {
         );
     }
     Ok(())
-}
-
-mod libc_perf {
-    //! The bits of <linux/perf_event.h> this test needs.
-    pub const PERF_TYPE_SOFTWARE: u32 = 1;
-    pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-    #[repr(C)]
-    pub struct perf_event_attr {
-        pub type_: u32,
-        pub size: u32,
-        pub config: u64,
-        pub sample_period: u64,
-        pub rest: [u64; 13],
-    }
 }

@@ -456,21 +456,6 @@ pub(crate) fn smoke() -> Result<()> {
     Ok(())
 }
 
-// The fields of struct perf_event_attr up to sample_type (include/uapi/linux/perf_event.h).
-#[repr(C)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    rest: [u64; 12],
-}
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
-
 /// One perf_event sample (cpu-clock on this thread, with or without perf's own callchain)
 /// through the kfunc and the helper, with `flags` and `size`.
 fn perf_event_sample(
@@ -479,23 +464,7 @@ fn perf_event_sample(
     flags: u64,
     size: u32,
 ) -> Result<Sample> {
-    let attr = PerfEventAttr {
-        type_: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_period: 100_000,
-        sample_type,
-        rest: [0; 12],
-    };
-    // SAFETY: a valid attr; this thread, any cpu, no group, no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const _, 0, -1, -1, 0) };
-    check!(
-        fd >= 0,
-        "perf_event_open: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: a new fd that nothing else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let fd = crate::perf::open_cpu_clock(100_000, sample_type)?;
     let pe = Kind::PerfEvent as usize;
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
@@ -537,7 +506,10 @@ fn perf_event_sample(
 fn perf_event_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, k) = load(&mut obj)?;
-    for (sample_type, what) in [(0, "regs"), (PERF_SAMPLE_CALLCHAIN, "sampled callchain")] {
+    for (sample_type, what) in [
+        (0, "regs"),
+        (crate::perf::PERF_SAMPLE_CALLCHAIN, "sampled callchain"),
+    ] {
         for (flags, size) in [
             (0u64, BUF),
             (1, BUF),
