@@ -11,6 +11,7 @@
 #   make host-test  cargo test of the pure-Rust parts, and the bad-input checks
 #   make lint       rustfmt, cargo fmt, checkpatch
 #   make vm-test    the kselftests in a VM on the test kernel
+#   make bench      the benchmarks in a VM on the bench kernel (-icount), into build/bench.md
 #   make clean
 
 SHELL := /bin/bash
@@ -23,15 +24,15 @@ export PATH := $(LLVM_BIN):$(HOME)/.cargo/bin:$(PATH)
 RKF_WERROR ?= $(if $(filter true 1,$(CI)),1,0)
 export RKF_WERROR
 
-MODULES := rkf_percpu rkf_stack
+MODULES := rkf_percpu rkf_stack rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
-	host-test lint vm-test check run clean help
+	host-test lint vm-test bench check run clean help
 
 all: modules user
 
 help:
-	@sed -n '3,15p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
@@ -79,10 +80,16 @@ vm-test: modules-test modules-bench user
 		"$$moddir/rkf_percpu.ko" "$$moddir/rkf_percpu-nobtf.ko"
 	scripts/vm.sh test -- tests/guest-selftests.sh
 
+bench: modules-bench user
+	scripts/vm.sh bench --bench -- tests/guest-bench.sh
+	@cp build/vm/last/bench.md build/bench.md && echo "results in build/bench.md"
+
 check: deps lint host-test vm-test run
 
 run: modules-bench user
 	scripts/vm.sh bench -- tests/guest-demo.sh
+	@cp build/vm/last/profile.svg build/vm/last/profile.folded build/ && \
+		echo "rkf profile's flame graph: build/profile.svg (folded stacks: build/profile.folded)"
 
 clean:
 	rm -rf "$(BUILD)" target

@@ -48,15 +48,40 @@ struct pt_regs;
 extern const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set;
 extern const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set;
 
-long rkf_stack_capture(struct pt_regs *regs, bool user, u32 max_depth, u32 skip,
-		       void *buf, u32 elem_size);
 struct mm_struct *rkf_stack_mm_lock(void **cookie);
 void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);
 void rkf_stack_mm_init(void);
 void rkf_stack_mm_exit(void);
 
+/**
+ * struct rkf_stack_plan - what to walk, as the flags and size of one call ask
+ * @user:      the user stack instead of the kernel stack
+ * @build_id:  build-id entries instead of ips
+ * @skip:      frames to drop from the top
+ * @max_depth: how deep to walk, skipped frames included
+ * @elem_size: 8 for ips, sizeof(struct bpf_stack_build_id) for build-id entries
+ */
+struct rkf_stack_plan {
+	bool user;
+	bool build_id;
+	u32 skip;
+	u32 max_depth;
+	u32 elem_size;
+};
+
 /* Implemented in Rust (rust/stack.rs). */
-long rkf_stack_get(struct pt_regs *regs, void *buf, u32 size, u64 flags);
+long rkf_stack_plan(void *buf, u32 size, u64 flags, struct rkf_stack_plan *plan);
+long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_plan *plan, long nr);
 long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
+
+/* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */
+
+/* Deep enough for stacks past perf_event_max_stack, shallow for a 16 KiB kernel stack. */
+#define RKF_TESTMOD_MAX_DEPTH 256
+
+extern const struct btf_kfunc_id_set rkf_testmod_kfunc_set;
+
+u64 rkf_testmod_leaf(u64 depth);
+u64 rkf_testmod_recurse(u32 depth);
 
 #endif /* _RKF_H */

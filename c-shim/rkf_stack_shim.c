@@ -46,6 +46,71 @@ static void rkf_stack_regs_put(void)
 	this_cpu_dec(rkf_stack_nest_level);
 }
 
+/**
+ * rkf_stack_capture() - take the callchain and store it, as __bpf_get_stack() does
+ * @regs: where the stack starts
+ * @buf:  the program's buffer, with room for the entries @plan allows
+ * @plan: from rkf_stack_plan()
+ *
+ * The callchain entry is only valid with preemption disabled and under RCU, hence C.
+ * Always inlined into the kfunc: when @regs comes from perf_fetch_caller_regs(), the
+ * unwinder starts at perf_callchain_kernel() and walks (and discards) every frame up to
+ * the kfunc's, and a frame of module text costs more to unwind than one of vmlinux.
+ *
+ * Return: the number of entries stored, or -EFAULT when there is no callchain or fewer
+ * than @plan->skip frames.
+ */
+static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
+					      const struct rkf_stack_plan *plan)
+{
+	struct perf_callchain_entry *trace;
+	u32 skip = plan->skip, nr, i;
+
+	/*
+	 * RCU too, for the rcu_dereference() of the callchain buffers: sleepable and syscall
+	 * programs run under RCU tasks trace only (the helper takes it only on its may_fault
+	 * path).
+	 */
+	preempt_disable();
+	rcu_read_lock();
+	trace = get_perf_callchain(regs, !plan->user, plan->user, plan->max_depth, false,
+				   false, 0);
+	if (unlikely(!trace) || trace->nr < skip) {
+		rcu_read_unlock();
+		preempt_enable();
+		return -EFAULT;
+	}
+	nr = trace->nr - skip;
+	if (!plan->build_id) {
+		memcpy(buf, trace->ip + skip, nr * sizeof(u64));
+	} else {
+		struct bpf_stack_build_id *ids = buf;
+
+		for (i = 0; i < nr; i++)
+			ids[i].ip = trace->ip[skip + i];
+	}
+	rcu_read_unlock();
+	preempt_enable();
+	return nr;
+}
+
+/*
+ * __bpf_get_stack(): the rules (flags, size, tail, build ids) are Rust's, the walk is
+ * done here, in the kfunc's frame.
+ */
+static __always_inline long rkf_stack_get(struct pt_regs *regs, void *buf, u32 size,
+					  u64 flags)
+{
+	struct rkf_stack_plan plan;
+	long ret;
+
+	ret = rkf_stack_plan(buf, size, flags, &plan);
+	if (ret)
+		return ret;
+	ret = rkf_stack_capture(regs, buf, &plan);
+	return rkf_stack_finish(buf, size, &plan, ret);
+}
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -140,53 +205,6 @@ const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set = {
 	.owner = THIS_MODULE,
 	.set = &rkf_stack_kprobe_kfunc_ids,
 };
-
-/**
- * rkf_stack_capture() - take the callchain and store it, as __bpf_get_stack() does
- * @regs:      where the stack starts
- * @user:      the user stack instead of the kernel stack
- * @max_depth: how deep to walk, skipped frames included
- * @skip:      frames to drop from the top
- * @buf:       the program's buffer, large enough for max_depth - skip entries
- * @elem_size: 8 for ips, sizeof(struct bpf_stack_build_id) for build-id entries
- *
- * The callchain entry is only valid with preemption disabled and under RCU, hence C.
- *
- * Return: the number of entries stored, or -EFAULT when there is no callchain or fewer
- * than @skip frames.
- */
-long rkf_stack_capture(struct pt_regs *regs, bool user, u32 max_depth, u32 skip,
-		       void *buf, u32 elem_size)
-{
-	struct perf_callchain_entry *trace;
-	u32 nr, i;
-
-	/*
-	 * RCU too, for the rcu_dereference() of the callchain buffers: sleepable and syscall
-	 * programs run under RCU tasks trace only (the helper takes it only on its may_fault
-	 * path).
-	 */
-	preempt_disable();
-	rcu_read_lock();
-	trace = get_perf_callchain(regs, !user, user, max_depth, false, false, 0);
-	if (unlikely(!trace) || trace->nr < skip) {
-		rcu_read_unlock();
-		preempt_enable();
-		return -EFAULT;
-	}
-	nr = trace->nr - skip;
-	if (elem_size == sizeof(u64)) {
-		memcpy(buf, trace->ip + skip, nr * sizeof(u64));
-	} else {
-		struct bpf_stack_build_id *ids = buf;
-
-		for (i = 0; i < nr; i++)
-			ids[i].ip = trace->ip[skip + i];
-	}
-	rcu_read_unlock();
-	preempt_enable();
-	return nr;
-}
 
 /*
  * The deferred mmap_read_unlock() of kernel/bpf/mmap_unlock_work.h, with a per-cpu slot

@@ -20,10 +20,7 @@ use crate::stack_core::{self, AddressSpace, Vma, BUILD_ID_SIZE};
 
 // The items of c-shim/rkf.h for rkf_stack, and the exports of the rkf export patch.
 mod shim {
-    use kernel::{
-        bindings,
-        ffi::{c_int, c_long, c_void},
-    };
+    use kernel::ffi::{c_int, c_void};
 
     use crate::shim::KfuncIdSetC;
 
@@ -37,14 +34,6 @@ mod shim {
         pub(super) static rkf_stack_tracing_kfunc_set: KfuncIdSetC;
         pub(super) static rkf_stack_kprobe_kfunc_set: KfuncIdSetC;
 
-        pub(super) fn rkf_stack_capture(
-            regs: *mut bindings::pt_regs,
-            user: bool,
-            max_depth: u32,
-            skip: u32,
-            buf: *mut c_void,
-            elem_size: u32,
-        ) -> c_long;
         pub(super) fn rkf_stack_mm_lock(cookie: *mut *mut c_void) -> *mut MmC;
         pub(super) fn rkf_stack_mm_unlock(mm: *mut MmC, cookie: *mut c_void);
         pub(super) fn rkf_stack_mm_init();
@@ -197,41 +186,78 @@ impl AddressSpace for LockedMm {
     }
 }
 
-/// `__bpf_get_stack()` for the current task: `regs` is where the stack starts.
+/// `struct rkf_stack_plan` of c-shim/rkf.h.
+#[repr(C)]
+pub(crate) struct StackPlanC {
+    user: bool,
+    build_id: bool,
+    skip: u32,
+    max_depth: u32,
+    elem_size: u32,
+}
+
+/// The checks of `__bpf_get_stack()`, before the walk: fills `plan`, or zeroes the buffer
+/// and returns `-errno`.
 ///
 /// Called by the kfunc entry points of the shim, which the verifier has checked: `buf` is
-/// `size` bytes of writable memory.
+/// `size` bytes of writable memory.  The shim then walks the stack in the kfunc's own
+/// frame (so that this function is not on the stack the unwinder walks) and hands the
+/// result to [`rkf_stack_finish()`].
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_get(
-    regs: *mut bindings::pt_regs,
+pub(crate) extern "C" fn rkf_stack_plan(
     buf: *mut c_void,
     size: u32,
     flags: u64,
+    plan: *mut StackPlanC,
 ) -> c_long {
-    // SAFETY: the verifier checked that `buf` is `size` bytes the program may write, and
-    // nothing else touches it during the call.
-    let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
-    let req = match stack_core::plan(flags, size, sysctl_max_stack()) {
-        Ok(r) => r,
-        Err(errno) => {
-            bytes.fill(0);
-            return -(errno as c_long);
+    match stack_core::plan(flags, size, sysctl_max_stack()) {
+        Ok(req) => {
+            // SAFETY: `plan` is the shim's local, valid for writes.
+            unsafe {
+                plan.write(StackPlanC {
+                    user: req.user,
+                    build_id: req.build_id,
+                    skip: req.skip,
+                    max_depth: req.max_depth,
+                    elem_size: req.elem_size,
+                })
+            };
+            0
         }
-    };
-    // SAFETY: `regs` is valid for the call; `buf` has room for `max_depth - skip`
-    // entries of `elem_size` bytes, since `max_depth <= size / elem_size + skip`.
-    let n = unsafe {
-        shim::rkf_stack_capture(regs, req.user, req.max_depth, req.skip, buf, req.elem_size)
-    };
-    if n < 0 {
-        bytes.fill(0);
-        return n;
+        Err(errno) => {
+            // SAFETY: the verifier checked that `buf` is `size` bytes the program may
+            // write, and nothing else touches it during the call.
+            unsafe { ptr::write_bytes(buf.cast::<u8>(), 0, size as usize) };
+            -(errno as c_long)
+        }
     }
-    let n = n as u32;
-    if req.build_id {
+}
+
+/// The end of `__bpf_get_stack()`, after the walk stored `nr` entries (or failed with
+/// `-errno`): build ids, the return value and the zeroed tail.
+///
+/// `buf` and `size` are those of [`rkf_stack_plan()`], `plan` what it filled; the shim
+/// stored no more entries than the plan allows (`max_depth - skip`, which fit in `size`).
+#[no_mangle]
+pub(crate) extern "C" fn rkf_stack_finish(
+    buf: *mut c_void,
+    size: u32,
+    plan: *const StackPlanC,
+    nr: c_long,
+) -> c_long {
+    // SAFETY: as in `rkf_stack_plan()`.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
+    if nr < 0 {
+        bytes.fill(0);
+        return nr;
+    }
+    // SAFETY: `plan` is the shim's local, filled by `rkf_stack_plan()`.
+    let plan = unsafe { &*plan };
+    let n = nr as u32;
+    if plan.build_id {
         resolve_build_ids(bytes, n);
     }
-    stack_core::finalize(bytes, n, req.elem_size) as c_long
+    stack_core::finalize(bytes, n, plan.elem_size) as c_long
 }
 
 /// `bpf_get_stack_pe()` for an event that samples callchains: copies from the sample's
@@ -246,7 +272,7 @@ pub(crate) extern "C" fn rkf_stack_get_sampled(
     size: u32,
     flags: u64,
 ) -> c_long {
-    // SAFETY: as in `rkf_stack_get()`.
+    // SAFETY: as in `rkf_stack_plan()`.
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     // SAFETY: the sample's callchain holds `nr` entries and lives as long as the sample,
     // which outlives the program run that calls this.

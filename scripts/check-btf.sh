@@ -10,7 +10,9 @@ dir=$1; shift
 for m in "$@"; do
 	ko=$dir/$m.ko
 	[[ -f $ko ]] || die "$ko was not built"
-	llvm-readelf -S "$ko" | grep -q ' \.BTF ' ||
+	# Not `| grep -q`: with pipefail, grep quitting early fails the pipeline (SIGPIPE).
+	sections=$(llvm-readelf -S "$ko")
+	grep -q ' \.BTF ' <<<"$sections" ||
 		die "$ko has no .BTF section: its kfuncs could not register.  The kernel tree needs vmlinux and the build needs pahole."
 done
 log "modules built with BTF: $* (in $dir)"

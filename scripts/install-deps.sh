@@ -60,8 +60,9 @@ fi
 
 # --- Rust -------------------------------------------------------------------
 command -v rustup >/dev/null || die "rustup is not installed: rkf needs the rustup toolchain (Rust >= 1.85) in ~/.cargo/bin"
+installed=$(rustup component list --installed 2>/dev/null || true)
 for c in rust-src clippy rustfmt; do
-	if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
+	if ! grep -q "^$c" <<<"$installed"; then
 		log "rustup component add $c"
 		rustup component add "$c"
 	fi

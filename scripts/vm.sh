@@ -102,6 +102,9 @@ timeout -k 10 "$timeout_s" vng "${vng_args[@]}" --exec "$guest_cmd" </dev/null >
 vng_rc=$?
 log "VM exited after $((SECONDS - start)) s"
 
+# build/vm/last: this run's directory, for the make targets that copy results out.
+ln -sfn "$(basename "$out")" "$RKF_ROOT/build/vm/last"
+
 fail=0
 if ((vng_rc == 124 || vng_rc == 137)); then
 	log "the VM did not finish within ${timeout_s} s (RKF_VM_TIMEOUT)"

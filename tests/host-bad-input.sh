@@ -27,7 +27,7 @@ expect_fail() {
 }
 
 echo "KTAP version 1"
-echo "1..7"
+echo "1..12"
 kdir=$("$root/scripts/kernel.sh" dir test)
 expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
 expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
@@ -42,6 +42,13 @@ sed -i 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$tmp/k/.config"
 expect_fail kdir_no_rust "lacks kernel options rkf needs: CONFIG_RUST=y" make -s -C "$root" modules KDIR="$tmp/k"
 echo "6.12.0" >"$tmp/k/include/config/kernel.release"
 expect_fail kdir_wrong_version "rkf supports 7.3 only" make -s -C "$root" modules KDIR="$tmp/k"
+# rkf profile refuses options that cannot sample, before it needs any module.
+rkf=$root/target/release/rkf
+expect_fail profile_zero_frequency "frequency must be 1 to 10000 Hz, not 0" "$rkf" profile -F 0
+expect_fail profile_zero_duration "duration must be more than 0" "$rkf" profile -d 0
+expect_fail profile_nan_duration "duration must be more than 0" "$rkf" profile -d nan
+expect_fail profile_no_such_pid "no process 4000000000" "$rkf" profile -p 4000000000
+expect_fail profile_kernel_and_user_only "cannot be used with" "$rkf" profile -K -U
 # A VM that cannot finish in time fails the run, with a message.
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 

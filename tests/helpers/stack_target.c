@@ -3,7 +3,9 @@
  * A user stack of a known shape for the rkf_stack tests, built with frame pointers so that
  * the kernel's frame-pointer walk of the user stack goes through every level.
  */
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 __attribute__((noinline)) int rkf_stack_target(int depth)
 {
@@ -45,4 +47,16 @@ __attribute__((noinline)) int rkf_stack_variant(int depth, int variant)
 		return r + 1;
 	}
 	return leaves[variant & 7]();
+}
+
+/* getpgid(0) from @depth frames of this function: the user stack of the benchmark. */
+__attribute__((noinline)) long rkf_stack_syscall_at(int depth)
+{
+	volatile long r;
+
+	if (depth > 0) {
+		r = rkf_stack_syscall_at(depth - 1);
+		return r + 1;
+	}
+	return syscall(SYS_getpgid, 0);
 }

@@ -11,7 +11,7 @@ mod harness;
 mod kmod;
 mod lifecycle;
 mod percpu;
-mod perf;
+mod profile;
 mod stack;
 
 mod skel {
@@ -27,6 +27,9 @@ mod skel {
     }
     pub mod stack {
         include!(concat!(env!("OUT_DIR"), "/stack.skel.rs"));
+    }
+    pub mod bench_stack {
+        include!(concat!(env!("OUT_DIR"), "/bench_stack.skel.rs"));
     }
     pub mod stack_lost {
         include!(concat!(env!("OUT_DIR"), "/stack_lost.skel.rs"));
@@ -49,6 +52,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
     percpu::TESTS
         .iter()
         .chain(stack::TESTS)
+        .chain(profile::TESTS)
         .chain(lifecycle::TESTS)
         .collect()
 }

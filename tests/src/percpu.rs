@@ -18,7 +18,12 @@ use crate::{
     harness::{take_libbpf_log, Test},
     skel::{percpu::*, percpu_fail::*, percpu_types::*},
 };
-use rkf::{cpus, kallsyms::Kallsyms, modules, percpu as cli};
+use rkf::{
+    cpus,
+    kallsyms::Kallsyms,
+    modules, percpu as cli,
+    perf::{open_cpu_clock, Sampling, Target},
+};
 
 /// rkf_percpu's `RKF_PERCPU_PROBE_MAGIC`.
 const PROBE_MAGIC: u32 = 0x726b_6670;
@@ -413,7 +418,7 @@ fn prog_types() -> Result<()> {
         check_eq!(got, *want, "program type of the {name} program");
     }
     skel.attach().context("attaching")?;
-    let pfd = crate::perf::open_cpu_clock(200_000, 0)?;
+    let pfd = open_cpu_clock(Target::ThisThread, Sampling::Period(200_000), 0)?;
     let perf: Link = skel
         .progs
         .perf_event_prog

@@ -16,7 +16,11 @@ use crate::{
     harness::Test,
     skel::stack::{types, StackSkel, StackSkelBuilder},
 };
-use rkf::{kallsyms::Kallsyms, modules};
+use rkf::{
+    kallsyms::Kallsyms,
+    modules,
+    perf::{open_cpu_clock, Sampling, Target, PERF_SAMPLE_CALLCHAIN},
+};
 
 pub const TESTS: &[Test] = &[
     Test {
@@ -42,6 +46,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "stack_perf_event_differential",
         run: perf_event_differential,
+    },
+    Test {
+        name: "stack_deep_kernel_differential",
+        run: deep_kernel_differential,
     },
     Test {
         name: "stack_no_stack_lost",
@@ -464,7 +472,7 @@ fn perf_event_sample(
     flags: u64,
     size: u32,
 ) -> Result<Sample> {
-    let fd = crate::perf::open_cpu_clock(100_000, sample_type)?;
+    let fd = open_cpu_clock(Target::ThisThread, Sampling::Period(100_000), sample_type)?;
     let pe = Kind::PerfEvent as usize;
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
@@ -506,10 +514,7 @@ fn perf_event_sample(
 fn perf_event_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, k) = load(&mut obj)?;
-    for (sample_type, what) in [
-        (0, "regs"),
-        (crate::perf::PERF_SAMPLE_CALLCHAIN, "sampled callchain"),
-    ] {
+    for (sample_type, what) in [(0, "regs"), (PERF_SAMPLE_CALLCHAIN, "sampled callchain")] {
         for (flags, size) in [
             (0u64, BUF),
             (1, BUF),
@@ -587,5 +592,97 @@ fn no_stack_lost() -> Result<()> {
         "distinct stacks delivered by the kfunc"
     );
     check!(bss.stackid_lost > 0, "the small stack map lost stacks");
+    Ok(())
+}
+
+/// Kernel stacks of rkf_testmod_recurse() chains up to past `perf_event_max_stack`: the
+/// kfunc and the helper agree byte for byte, skip included, and both stop at the sysctl.
+fn deep_kernel_differential() -> Result<()> {
+    use crate::skel::bench_stack::BenchStackSkelBuilder;
+
+    modules::require("rkf_stack")?;
+    modules::require("rkf_testmod")?;
+    let max_stack: usize = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")?
+        .trim()
+        .parse()?;
+    let mut obj = MaybeUninit::uninit();
+    let open = BenchStackSkelBuilder::default().open(&mut obj)?;
+    let mut skel = open.load().context("loading bench_stack.bpf.c")?;
+    let _link = skel
+        .progs
+        .bench_deep
+        .attach()
+        .context("attaching fentry/rkf_testmod_leaf")?;
+    let k = Kallsyms::load()?;
+    for depth in [0u32, 40, 120, 250] {
+        for skip in [0u64, 3, 200] {
+            {
+                let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+                bss.flags = skip;
+                bss.size = 4096;
+                bss.depth = depth;
+                bss.kbuf.fill(0xaa);
+                bss.hbuf.fill(0x55);
+                bss.armed = 1;
+            }
+            let out = skel.progs.recurse.test_run(ProgramInput::default())?;
+            check_eq!(out.return_value, depth, "bpf_rkf_testmod_recurse({depth})");
+            let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+            check_eq!(bss.armed, 0, "the fentry program ran");
+            check_eq!(
+                bss.kfunc_ret,
+                bss.helper_ret,
+                "depth {depth} skip {skip}: return value"
+            );
+            // Frame 0 is the call site in the program, which differs between the two
+            // calls: the same program for both, then byte for byte.
+            let from = if skip == 0 && bss.kfunc_ret > 0 {
+                let (a, b) = (words(&bss.kbuf[..8])[0], words(&bss.hbuf[..8])[0]);
+                let name = |ip| k.symbolize(ip).map(|(s, _)| s.name.clone());
+                check_eq!(name(a), name(b), "depth {depth}: frame 0");
+                check!(
+                    name(a).is_some_and(|n| n.starts_with("bpf_prog_")),
+                    "frame 0 is the program: {}",
+                    sym(&k, a)
+                );
+                8
+            } else {
+                0
+            };
+            check!(
+                bss.kbuf[from..] == bss.hbuf[from..],
+                "depth {depth} skip {skip}: the kfunc and the helper wrote different stacks"
+            );
+            let frames = words(&bss.kbuf[..bss.kfunc_ret.max(0) as usize]);
+            let recurse = frames
+                .iter()
+                .filter(|&&ip| {
+                    k.symbolize(ip)
+                        .is_some_and(|(s, _)| s.name == "rkf_testmod_recurse")
+                })
+                .count();
+            if skip == 0 {
+                diag!(
+                    "depth {depth}: {} frames, {recurse} in rkf_testmod_recurse",
+                    frames.len()
+                );
+                check!(
+                    frames.len() <= max_stack,
+                    "{} frames, more than perf_event_max_stack {max_stack}",
+                    frames.len()
+                );
+                if depth >= max_stack as u32 {
+                    check_eq!(frames.len(), max_stack, "depth {depth}: frames (capped)");
+                } else {
+                    // rkf_testmod_recurse(depth) down to rkf_testmod_recurse(0).
+                    check_eq!(
+                        recurse,
+                        depth as usize + 1,
+                        "depth {depth}: recursion frames"
+                    );
+                }
+            }
+        }
+    }
     Ok(())
 }

@@ -30,6 +30,13 @@ pub fn possible() -> Result<Vec<u32>> {
     parse_cpu_list(&s).with_context(|| format!("parsing {path}: {s:?}"))
 }
 
+/// The online cpus, from /sys/devices/system/cpu/online.
+pub fn online() -> Result<Vec<u32>> {
+    let path = "/sys/devices/system/cpu/online";
+    let s = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    parse_cpu_list(&s).with_context(|| format!("parsing {path}: {s:?}"))
+}
+
 /// `nr_cpu_ids`: one more than the highest possible cpu.
 pub fn nr_cpu_ids() -> Result<u32> {
     Ok(possible()?.last().map_or(0, |c| c + 1))

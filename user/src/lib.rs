@@ -7,8 +7,15 @@ pub mod cpus;
 pub mod kallsyms;
 pub mod modules;
 pub mod percpu;
+pub mod perf;
+pub mod profile;
 
 mod skel {
     #![allow(clippy::all, missing_docs)]
-    include!(concat!(env!("OUT_DIR"), "/percpu_read.skel.rs"));
+    pub mod percpu_read {
+        include!(concat!(env!("OUT_DIR"), "/percpu_read.skel.rs"));
+    }
+    pub mod profile {
+        include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+    }
 }

@@ -15,7 +15,7 @@ use crate::{
     cpus,
     kallsyms::Kallsyms,
     modules,
-    skel::PercpuReadSkelBuilder,
+    skel::percpu_read::PercpuReadSkelBuilder,
 };
 
 /// The most bytes read per cpu (`RKF_MAX_VALUE` in percpu_read.bpf.c).

@@ -2,12 +2,15 @@
 
 //! `rkf`: command-line front end of the rkf kernel modules.
 
-use anyhow::{bail, Result};
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use rkf::{
     btf::ValueKind,
     percpu::{self, Reading, Target, MAX_VALUE},
+    profile,
 };
 
 #[derive(Parser)]
@@ -34,12 +37,106 @@ enum Cmd {
         #[arg(short = 'x', long)]
         hex: bool,
     },
+    /// Sample on-CPU stacks and write folded stacks and a flame graph (needs rkf_stack).
+    ///
+    /// A cpu-clock event on every online cpu runs a perf_event program that takes the
+    /// interrupted task's stacks with bpf_rkf_get_stack_pe(). Without --folded or --svg,
+    /// the folded stacks go to stdout.
+    Profile {
+        /// Samples per second on each cpu.
+        #[arg(short = 'F', long, default_value_t = 49)]
+        frequency: u64,
+        /// Seconds to sample.
+        #[arg(short, long, default_value_t = 5.0)]
+        duration: f64,
+        /// Only this process (all its threads); the whole system otherwise.
+        #[arg(short, long)]
+        pid: Option<u32>,
+        /// Kernel stacks only.
+        #[arg(short = 'K', long, conflicts_with = "user_only")]
+        kernel_only: bool,
+        /// User stacks only.
+        #[arg(short = 'U', long)]
+        user_only: bool,
+        /// Count the idle tasks too.
+        #[arg(long)]
+        idle: bool,
+        /// Write the folded stacks (stackcollapse format) to this file.
+        #[arg(long, value_name = "FILE")]
+        folded: Option<PathBuf>,
+        /// Write a flame graph (SVG) to this file.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Percpu { spec, addr, hex } => cmd_percpu(&spec, addr, hex),
+        Cmd::Profile {
+            frequency,
+            duration,
+            pid,
+            kernel_only,
+            user_only,
+            idle,
+            folded,
+            svg,
+        } => {
+            if !(duration.is_finite() && duration > 0.0 && duration <= 86_400.0) {
+                bail!("the duration must be more than 0 and at most a day, not {duration}");
+            }
+            let opts = profile::Options {
+                frequency,
+                duration: Duration::from_secs_f64(duration),
+                pid,
+                kernel: !user_only,
+                user: !kernel_only,
+                include_idle: idle,
+            };
+            cmd_profile(&opts, folded, svg)
+        }
     }
+}
+
+fn cmd_profile(
+    opts: &profile::Options,
+    folded: Option<PathBuf>,
+    svg: Option<PathBuf>,
+) -> Result<()> {
+    opts.validate()?;
+    let p = profile::record(opts)?;
+    let who = opts
+        .pid
+        .map_or_else(|| "all tasks".to_string(), |p| format!("pid {p}"));
+    eprintln!(
+        "rkf profile: {} samples of {who} on {} cpus at {} Hz for {:.1} s, {} distinct stacks, {} dropped, {} stacks not taken",
+        p.samples,
+        p.cpus,
+        opts.frequency,
+        opts.duration.as_secs_f64(),
+        p.stacks.len(),
+        p.dropped,
+        p.stack_errors
+    );
+    if folded.is_none() && svg.is_none() {
+        print!("{}", p.folded());
+    }
+    if let Some(path) = folded {
+        std::fs::write(&path, p.folded()).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("rkf profile: folded stacks in {}", path.display());
+    }
+    if let Some(path) = svg {
+        let title = format!(
+            "rkf profile: {who}, {} Hz, {:.1} s",
+            opts.frequency,
+            opts.duration.as_secs_f64()
+        );
+        std::fs::write(&path, p.flamegraph(&title)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("rkf profile: flame graph in {}", path.display());
+    }
+    Ok(())
 }
 
 /// One column of the table: a target and what was read of it on each cpu.

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `rkf profile`: the library behind the CLI samples a known workload, and its flame graph
+//! names the kernel functions the workload runs.
+
+use std::{
+    fs::File,
+    io::Read,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    thread,
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+
+use crate::{check, diag, harness::Test};
+use rkf::profile::{self, Options};
+
+pub const TESTS: &[Test] = &[Test {
+    name: "profile_flamegraph_names_kernel_function",
+    run: flamegraph_names_kernel_function,
+}];
+
+/// A thread of this process reads /dev/zero while the profile runs: its samples must
+/// fold to `...;ksys_read;vfs_read;read_zero...` (drivers/char/mem.c: /dev/zero has a
+/// ->read, which vfs_read() prefers to ->read_iter), and the SVG must name them.
+fn flamegraph_names_kernel_function() -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let stop = stop.clone();
+        thread::spawn(move || -> Result<u64> {
+            let mut zero = File::open("/dev/zero").context("opening /dev/zero")?;
+            let mut buf = vec![1u8; 64 << 10];
+            let mut reads = 0;
+            while !stop.load(Ordering::Relaxed) {
+                zero.read_exact(&mut buf)?;
+                reads += 1;
+            }
+            Ok(reads)
+        })
+    };
+    let opts = Options {
+        frequency: 199,
+        duration: Duration::from_secs(2),
+        pid: Some(std::process::id()),
+        kernel: true,
+        user: true,
+        include_idle: false,
+    };
+    let recorded = profile::record(&opts);
+    stop.store(true, Ordering::Relaxed);
+    let reads = worker.join().expect("the reader thread panicked")?;
+    let p = recorded?;
+    diag!(
+        "{} reads of 64 KiB; {} samples, {} distinct stacks, {} dropped, {} stacks not taken",
+        reads,
+        p.samples,
+        p.stacks.len(),
+        p.dropped,
+        p.stack_errors
+    );
+    check!(
+        p.samples >= 20,
+        "too few samples ({}) of a busy thread",
+        p.samples
+    );
+    check!(p.dropped == 0, "{} samples dropped", p.dropped);
+    let (top, n) = p
+        .stacks
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .context("no stacks")?;
+    diag!("hottest stack ({n} samples): {top}");
+    // Outermost first: the syscall path, then the file operation.
+    let in_read = p
+        .stacks
+        .keys()
+        .filter(|s| {
+            let (Some(a), Some(b), Some(c)) = (
+                s.find(";ksys_read;"),
+                s.find(";vfs_read;"),
+                s.find(";read_zero"),
+            ) else {
+                return false;
+            };
+            a < b && b < c
+        })
+        .count();
+    check!(
+        in_read > 0,
+        "no folded stack runs ksys_read -> vfs_read -> read_zero"
+    );
+    let svg = String::from_utf8(p.flamegraph("rkf selftest")?)?;
+    check!(svg.starts_with("<?xml"), "the flame graph is not SVG");
+    for f in ["vfs_read", "read_zero"] {
+        check!(svg.contains(f), "the flame graph does not name {f}");
+    }
+    Ok(())
+}
