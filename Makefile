@@ -84,7 +84,7 @@ bench: modules-bench user
 	scripts/vm.sh bench --bench -- tests/guest-bench.sh
 	@cp build/vm/last/bench.md build/bench.md && echo "results in build/bench.md"
 
-check: deps lint host-test vm-test run
+check: deps lint host-test vm-test run bench
 
 run: modules-bench user
 	scripts/vm.sh bench -- tests/guest-demo.sh
