@@ -24,7 +24,7 @@ export PATH := $(LLVM_BIN):$(HOME)/.cargo/bin:$(PATH)
 RKF_WERROR ?= $(if $(filter true 1,$(CI)),1,0)
 export RKF_WERROR
 
-MODULES := rkf_percpu rkf_stack rkf_testmod
+MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
 	host-test lint vm-test bench check run clean help

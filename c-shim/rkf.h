@@ -11,6 +11,7 @@
 #define _RKF_H
 
 #include <linux/btf.h>
+#include <linux/ioctl.h>
 #include <linux/percpu-defs.h>
 #include <linux/types.h>
 
@@ -73,6 +74,168 @@ struct rkf_stack_plan {
 long rkf_stack_plan(void *buf, u32 size, u64 flags, struct rkf_stack_plan *plan);
 long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_plan *plan, long nr);
 long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
+
+/* ---- rkf_multi ------------------------------------------------------------------- */
+
+/*
+ * The ioctl ABI of /dev/rkf_multi, mirrored by user/src/multi.rs.  Each open file is one
+ * link: RKF_MULTI_IOC_ATTACH attaches it once, closing the file detaches it.
+ */
+
+/**
+ * struct rkf_multi_attach - attach a program to a set of functions
+ * @prog_fd:   a TRACING program loaded as fentry or fexit against rkf_multi_tmpl6()
+ * @cnt:       how many functions
+ * @btf_ids:   __u32[@cnt]: the functions' BTF ids (vmlinux, or rkf_multi's own)
+ * @addrs:     __u64[@cnt]: their addresses, as /proc/kallsyms gives them
+ * @cookies:   __u64[@cnt]: bpf_get_attach_cookie() for each, or 0 for none
+ * @flags:     0
+ * @bad_index: out: the function a refusal is about, or ~0
+ * @reason:    out: why it was refused (enum Refusal of rust/core/src/multi.rs), or 0
+ * @pad:       0
+ */
+struct rkf_multi_attach {
+	__u32 prog_fd;
+	__u32 cnt;
+	__u64 btf_ids;
+	__u64 addrs;
+	__u64 cookies;
+	__u32 flags;
+	__u32 bad_index;
+	__u32 reason;
+	__u32 pad;
+};
+
+/**
+ * struct rkf_multi_func_info - one function of a link, for introspection
+ * @addr:   the function
+ * @cookie: its cookie
+ * @hits:   program runs
+ * @misses: runs skipped by the recursion guard
+ */
+struct rkf_multi_func_info {
+	__u64 addr;
+	__u64 cookie;
+	__u64 hits;
+	__u64 misses;
+};
+
+/**
+ * struct rkf_multi_link_info - a link, for introspection
+ * @id:      in: 0 for this file's link, or N for the first link whose id is N or more;
+ *           out: its id (ids start at 1 and grow)
+ * @prog_id: out: the program's id
+ * @fexit:   out: 1 for fexit, 0 for fentry
+ * @cnt:     out: its functions
+ * @buf_cnt: in: the room in @funcs
+ * @pad:     0
+ * @funcs:   in: struct rkf_multi_func_info[@buf_cnt], filled with the first ones
+ * @next_id: out: the id of the next link, or 0 if it is the last
+ */
+struct rkf_multi_link_info {
+	__u64 id;
+	__u32 prog_id;
+	__u32 fexit;
+	__u32 cnt;
+	__u32 buf_cnt;
+	__u64 funcs;
+	__u64 next_id;
+};
+
+#define RKF_MULTI_IOC_ATTACH	_IOWR('r', 1, struct rkf_multi_attach)
+#define RKF_MULTI_IOC_INFO	_IOWR('r', 2, struct rkf_multi_link_info)
+
+/* Kernel side. */
+
+struct bpf_prog;
+struct btf;
+
+/**
+ * struct rkf_multi_stats - counters of one program on one function
+ * @hits:   runs
+ * @misses: runs skipped because the program was already running on this cpu
+ */
+struct rkf_multi_stats {
+	atomic64_t hits;
+	atomic64_t misses;
+};
+
+/**
+ * struct rkf_multi_prog - one program on one function
+ * @prog:   the program (the link holds the reference)
+ * @cookie: its cookie on this function
+ * @stats:  its counters on this function (the link owns them)
+ */
+struct rkf_multi_prog {
+	struct bpf_prog *prog;
+	u64 cookie;
+	struct rkf_multi_stats *stats;
+};
+
+/**
+ * struct rkf_multi_func - one traced function, as the trampoline sees it
+ * @key:       its ftrace site + MCOUNT_INSN_SIZE, the trampoline's return address
+ * @addr:      its address (bpf_get_func_ip())
+ * @nr_args:   its argument count (bpf_get_func_arg_cnt())
+ * @nr_fentry: fentry programs, in @first.., in attach order
+ * @nr_progs:  all programs: the fexit ones follow the fentry ones
+ * @first:     its first program in the table's @progs
+ */
+struct rkf_multi_func {
+	unsigned long key;
+	unsigned long addr;
+	u32 nr_args;
+	u32 nr_fentry;
+	u32 nr_progs;
+	u32 first;
+};
+
+/**
+ * struct rkf_multi_table - every traced function; replaced whole, under RCU
+ * @nr_funcs: functions
+ * @funcs:    sorted by key
+ * @progs:    the programs of every function
+ */
+struct rkf_multi_table {
+	u32 nr_funcs;
+	const struct rkf_multi_func *funcs;
+	const struct rkf_multi_prog *progs;
+};
+
+/**
+ * struct rkf_multi_shape - a function's BTF, reduced to what decides if it is traceable
+ * @name:     its name
+ * @nr_params: its parameters (varargs count as one more)
+ * @varargs:  it takes varargs
+ * @kind:     BTF kind of the return type ([0], 0 for void) and of up to 7 parameters,
+ *            typedefs and qualifiers skipped
+ * @size:     their sizes, where the kind has one
+ */
+struct rkf_multi_shape {
+	const char *name;
+	u32 nr_params;
+	u32 varargs;
+	u32 kind[8];
+	u32 size[8];
+};
+
+void rkf_multi_tramp(void);
+u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
+u64 rkf_multi_enter(u64 *ctx, unsigned long key);
+void rkf_multi_exit(u64 *ctx, unsigned long key);
+
+struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id);
+void rkf_multi_prog_put(struct bpf_prog *prog);
+int rkf_multi_shape(const struct bpf_prog *prog, u32 btf_id, struct rkf_multi_shape *shape);
+bool rkf_multi_is_symbol(unsigned long addr, const char *name);
+unsigned long rkf_multi_site(unsigned long addr);
+bool rkf_multi_site_busy(unsigned long site);
+int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add);
+const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
+void rkf_multi_sync(void);
+void rkf_multi_wait_inflight(void);
+bool rkf_multi_capable(void);
+bool rkf_multi_ibt_enabled(void);
 
 /* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */
 

@@ -108,4 +108,25 @@ extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__
 extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u32 buf__sz,
 				 __u64 flags) __ksym __weak;
 
+/* ---- rkf_multi ----------------------------------------------------------------------
+ *
+ * One fentry or fexit program on many functions.  Load the program against the template
+ * rkf_multi_tmpl6() of the rkf_multi module, whose six u64 arguments are the traced
+ * function's argument registers:
+ *
+ *	RKF_MULTI_FENTRY
+ *	int BPF_PROG(on_entry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+ *
+ *	RKF_MULTI_FEXIT
+ *	int BPF_PROG(on_exit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+ *
+ * then attach it with the rkf library (user/src/multi.rs), never through libbpf's own
+ * attach (turn auto-attach off).  bpf_get_func_ip(), bpf_get_func_arg(),
+ * bpf_get_func_arg_cnt(), bpf_get_func_ret() and bpf_get_attach_cookie() work as in any
+ * fentry/fexit program, for the function actually hit.  Arguments past the function's
+ * own count hold whatever the registers held.
+ */
+#define RKF_MULTI_FENTRY SEC("fentry/rkf_multi_tmpl6")
+#define RKF_MULTI_FEXIT SEC("fexit/rkf_multi_tmpl6")
+
 #endif /* __RKF_BPF_H */

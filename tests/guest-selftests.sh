@@ -5,7 +5,7 @@
 # the modules.  A module that does not load or does not unload fails the run.
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
-modules=(rkf_percpu rkf_stack rkf_testmod)
+modules=(rkf_percpu rkf_stack rkf_multi rkf_testmod)
 kmemleak=/sys/kernel/debug/kmemleak
 
 # Forget what boot left behind: only leaks from the run count.

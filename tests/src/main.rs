@@ -10,12 +10,16 @@ use clap::Parser;
 mod harness;
 mod kmod;
 mod lifecycle;
+mod multi;
 mod percpu;
 mod profile;
 mod stack;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]
+    pub mod multi {
+        include!(concat!(env!("OUT_DIR"), "/multi.skel.rs"));
+    }
     pub mod percpu {
         include!(concat!(env!("OUT_DIR"), "/percpu.skel.rs"));
     }
@@ -53,6 +57,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .iter()
         .chain(stack::TESTS)
         .chain(profile::TESTS)
+        .chain(multi::TESTS)
         .chain(lifecycle::TESTS)
         .collect()
 }

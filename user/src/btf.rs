@@ -17,6 +17,23 @@ use libbpf_rs::libbpf_sys as sys;
 
 const PERCPU_SECTION: &str = ".data..percpu";
 
+/// A function of a BTF object, reduced to what decides whether rkf_multi can trace it.
+#[derive(Clone, Debug)]
+pub struct FuncShape {
+    /// Its BTF id.
+    pub btf_id: u32,
+    /// Its name.
+    pub name: String,
+    /// Its parameter count (varargs count as one).
+    pub nr_params: u32,
+    /// Whether it takes varargs.
+    pub varargs: bool,
+    /// BTF kinds of the return type (`[0]`, 0 for void) and of up to 7 parameters.
+    pub kind: [u32; 8],
+    /// Their sizes.
+    pub size: [u32; 8],
+}
+
 /// A parsed BTF object, vmlinux's or a module's (split on top of vmlinux's).
 pub struct RawBtf {
     ptr: NonNull<sys::btf>,
@@ -129,6 +146,82 @@ impl RawBtf {
                 vlen(t),
             )
         }
+    }
+
+    /// Every function of this object (its own type ids only), with its shape as
+    /// `rkf_core::multi::check_shape()` takes it: the kinds and sizes of the return type and
+    /// of up to seven parameters, typedefs and qualifiers skipped, as rkf_multi's shim
+    /// reads them in the kernel.
+    pub fn funcs(&self) -> Result<Vec<FuncShape>> {
+        const FUNC: u32 = 12;
+        const FUNC_PROTO: u32 = 13;
+        let mut out = Vec::new();
+        for id in self.start_id..self.type_cnt() {
+            let t = self.ty(id)?;
+            if kind(t) != FUNC {
+                continue;
+            }
+            // SAFETY: the union's `type_` member is what FUNC types use.
+            let proto_id = unsafe { t.__bindgen_anon_1.type_ };
+            let proto = self.ty(proto_id)?;
+            if kind(proto) != FUNC_PROTO {
+                continue;
+            }
+            // SAFETY: a FUNC_PROTO `btf_type` is followed in the object by `vlen` params.
+            let params = unsafe {
+                std::slice::from_raw_parts(
+                    (proto as *const sys::btf_type)
+                        .add(1)
+                        .cast::<sys::btf_param>(),
+                    vlen(proto),
+                )
+            };
+            let mut f = FuncShape {
+                btf_id: id,
+                name: self.name(t.name_off).to_string(),
+                nr_params: params.len() as u32,
+                varargs: params.last().is_some_and(|p| p.type_ == 0),
+                kind: [0; 8],
+                size: [0; 8],
+            };
+            // SAFETY: the union's `type_` member is what FUNC_PROTO types use.
+            let ret = unsafe { proto.__bindgen_anon_1.type_ };
+            self.shape_of(ret, 0, &mut f)?;
+            for (i, p) in params.iter().take(7).enumerate() {
+                self.shape_of(p.type_, i + 1, &mut f)?;
+            }
+            out.push(f);
+        }
+        Ok(out)
+    }
+
+    fn shape_of(&self, mut id: u32, slot: usize, f: &mut FuncShape) -> Result<()> {
+        // TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG.
+        const MODIFIERS: [u32; 5] = [8, 9, 10, 11, 18];
+        if id == 0 {
+            return Ok(());
+        }
+        let mut t = self.ty(id)?;
+        while MODIFIERS.contains(&kind(t)) {
+            // SAFETY: modifiers use the union's `type_` member.
+            id = unsafe { t.__bindgen_anon_1.type_ };
+            if id == 0 {
+                return Ok(());
+            }
+            t = self.ty(id)?;
+        }
+        f.kind[slot] = kind(t);
+        f.size[slot] = match kind(t) {
+            // PTR
+            2 => 8,
+            // INT, STRUCT, UNION, ENUM, FLOAT, ENUM64: sized
+            1 | 4 | 5 | 6 | 16 | 19 => {
+                // SAFETY: sized kinds use the union's `size` member.
+                unsafe { t.__bindgen_anon_1.size }
+            }
+            _ => 0,
+        };
+        Ok(())
     }
 
     /// Whether VAR `var_id` is in this object's per-cpu section.

@@ -74,6 +74,11 @@ impl Kallsyms {
         Some((sym, addr - sym.addr))
     }
 
+    /// Every symbol, in /proc/kallsyms order.
+    pub fn symbols(&self) -> &[Symbol] {
+        &self.syms
+    }
+
     /// The address of `name` in `module` (`None`: vmlinux), if the symbol is unique there.
     pub fn lookup(&self, name: &str, module: Option<&str>) -> Result<u64> {
         let mut found = self

@@ -6,12 +6,16 @@ pub mod btf;
 pub mod cpus;
 pub mod kallsyms;
 pub mod modules;
+pub mod multi;
 pub mod percpu;
 pub mod perf;
 pub mod profile;
 
 mod skel {
     #![allow(clippy::all, missing_docs)]
+    pub mod funccount {
+        include!(concat!(env!("OUT_DIR"), "/funccount.skel.rs"));
+    }
     pub mod percpu_read {
         include!(concat!(env!("OUT_DIR"), "/percpu_read.skel.rs"));
     }

@@ -8,5 +8,6 @@
 
 #![no_std]
 
+pub mod multi;
 pub mod percpu;
 pub mod stack;

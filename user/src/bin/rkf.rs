@@ -68,6 +68,28 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },
+    /// Count calls to kernel functions, like bcc's funccount (needs rkf_multi).
+    ///
+    /// Every vmlinux function matching a GLOB (`vfs_*`, `tcp_v4_*`, or an exact name) is
+    /// attached through one rkf_multi link. Functions that cannot be traced honestly are
+    /// left out of a glob, and counted by reason.
+    Funccount {
+        /// Function names or globs.
+        #[arg(required = true)]
+        globs: Vec<String>,
+        /// Seconds to count.
+        #[arg(short, long, default_value_t = 5.0)]
+        duration: f64,
+        /// Print the N most called functions.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        top: usize,
+    },
+    /// List the rkf_multi links: program, functions, hits and misses.
+    Links {
+        /// Also list each link's functions.
+        #[arg(short, long)]
+        verbose: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -96,7 +118,82 @@ fn main() -> Result<()> {
             };
             cmd_profile(&opts, folded, svg)
         }
+        Cmd::Funccount {
+            globs,
+            duration,
+            top,
+        } => {
+            if !(duration.is_finite() && duration > 0.0 && duration <= 86_400.0) {
+                bail!("the duration must be more than 0 and at most a day, not {duration}");
+            }
+            cmd_funccount(&globs, Duration::from_secs_f64(duration), top)
+        }
+        Cmd::Links { verbose } => cmd_links(verbose),
     }
+}
+
+fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()> {
+    let pats: Vec<&str> = globs.iter().map(String::as_str).collect();
+    let c = rkf::multi::funccount(&pats, duration)?;
+    let skipped: usize = c.skipped.values().map(Vec::len).sum();
+    println!(
+        "attached to {} functions in {:.1} ms ({} left out), counted for {:.1} s",
+        c.attached,
+        c.attach_time.as_secs_f64() * 1e3,
+        skipped,
+        duration.as_secs_f64()
+    );
+    for (why, names) in &c.skipped {
+        println!("  left out {}: {why} (e.g. {})", names.len(), names[0]);
+    }
+    println!("{:<40} {:>12}", "FUNC", "COUNT");
+    for (name, n) in c.counts.iter().take(top) {
+        println!("{name:<40} {n:>12}");
+    }
+    if c.counts.len() > top {
+        println!("... {} more functions were called", c.counts.len() - top);
+    }
+    Ok(())
+}
+
+fn cmd_links(verbose: bool) -> Result<()> {
+    let links = rkf::multi::links()?;
+    if links.is_empty() {
+        println!("no rkf_multi links");
+        return Ok(());
+    }
+    let ksyms = rkf::kallsyms::Kallsyms::load().ok();
+    println!(
+        "{:>6} {:>8} {:<6} {:>7} {:>12} {:>8}",
+        "LINK", "PROG", "TYPE", "FUNCS", "HITS", "MISSES"
+    );
+    for l in &links {
+        let hits: u64 = l.funcs.iter().map(|f| f.hits).sum();
+        let misses: u64 = l.funcs.iter().map(|f| f.misses).sum();
+        let kind = if l.fexit { "fexit" } else { "fentry" };
+        println!(
+            "{:>6} {:>8} {:<6} {:>7} {:>12} {:>8}",
+            l.id,
+            l.prog_id,
+            kind,
+            l.funcs.len(),
+            hits,
+            misses
+        );
+        if verbose {
+            for f in &l.funcs {
+                let name = ksyms
+                    .as_ref()
+                    .and_then(|k| k.symbolize(f.addr))
+                    .map_or_else(|| format!("{:#x}", f.addr), |(s, _)| s.name.clone());
+                println!(
+                    "         {name:<40} hits {:>10} misses {:>6} cookie {:#x}",
+                    f.hits, f.misses, f.cookie
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn cmd_profile(

@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_multi: the parts that must be C.  The template function programs are verified
+ * against (it needs BTF), the hot path the trampoline calls (bpf_prog_run(), the run
+ * context and the recursion guard are inline), and thin wrappers around BTF, kallsyms and
+ * the ftrace direct-call API.  The rules, the links and the table are Rust
+ * (rust/multi.rs, rust/core/src/multi.rs).
+ */
+
+#include <linux/bpf.h>
+#include <linux/capability.h>
+#include <linux/btf.h>
+#include <linux/filter.h>
+#include <linux/ftrace.h>
+#include <linux/kallsyms.h>
+#include <linux/rcupdate.h>
+#include <linux/wait_bit.h>
+
+#include "rkf.h"
+
+/**
+ * rkf_multi_tmpl6() - what rkf_multi programs are loaded against
+ * @a0: the first argument of the traced function, as a u64
+ * @a1: the second
+ * @a2: the third
+ * @a3: the fourth
+ * @a4: the fifth
+ * @a5: the sixth
+ *
+ * SEC("fentry/rkf_multi_tmpl6") or SEC("fexit/rkf_multi_tmpl6"): the program reads the
+ * traced function's arguments as six u64 (and, in fexit, its return value) through ctx,
+ * which is the trampoline's frame.  Never called, never traced.
+ *
+ * Return: 0.
+ */
+noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	barrier();
+	return 0;
+}
+
+/* The traced functions; NULL when there are none.  Written under the links' mutex. */
+static const struct rkf_multi_table __rcu *rkf_multi_table;
+
+/* fexit calls in flight: the trampoline's frame is on some stack until they return. */
+static atomic_long_t rkf_multi_inflight = ATOMIC_LONG_INIT(0);
+
+static __always_inline const struct rkf_multi_func *
+rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long key)
+{
+	u32 lo = 0, hi = t ? t->nr_funcs : 0;
+
+	while (lo < hi) {
+		u32 mid = lo + (hi - lo) / 2;
+		const struct rkf_multi_func *f = &t->funcs[mid];
+
+		if (f->key == key)
+			return f;
+		if (f->key < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
+static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->cookie };
+	struct bpf_prog *prog = p->prog;
+
+	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
+	if (likely(bpf_prog_get_recursion_context(prog))) {
+		bpf_prog_run(prog, ctx);
+		atomic64_inc(&p->stats->hits);
+	} else {
+		atomic64_inc(&p->stats->misses);
+	}
+	bpf_prog_put_recursion_context(prog);
+	bpf_reset_run_ctx(run_ctx.saved_run_ctx);
+}
+
+/**
+ * rkf_multi_enter() - the trampoline's call on function entry
+ * @ctx: the frame: ctx[0..5] the argument registers, ctx[6] the return value slot,
+ *       ctx[-1] the argument count and ctx[-2] the function's address (set here)
+ * @key: the return address into the traced function
+ *
+ * Runs the fentry programs of the function in attach order.
+ *
+ * Return: 1 if the trampoline must call the function and come back for fexit programs
+ * (an fexit call is then in flight until rkf_multi_exit()), 0 otherwise.
+ */
+notrace u64 rkf_multi_enter(u64 *ctx, unsigned long key)
+{
+	const struct rkf_multi_func *f;
+	u64 fexit = 0;
+	u32 i;
+
+	rcu_read_lock_dont_migrate();
+	f = rkf_multi_lookup(rcu_dereference(rkf_multi_table), key);
+	if (f) {
+		const struct rkf_multi_prog *p = &rcu_dereference(rkf_multi_table)->progs[f->first];
+
+		ctx[-1] = f->nr_args;
+		ctx[-2] = f->addr;
+		for (i = 0; i < f->nr_fentry; i++)
+			rkf_multi_run(&p[i], ctx);
+		if (f->nr_progs > f->nr_fentry) {
+			atomic_long_inc(&rkf_multi_inflight);
+			fexit = 1;
+		}
+	}
+	rcu_read_unlock_migrate();
+	return fexit;
+}
+
+/**
+ * rkf_multi_exit() - the trampoline's call after the traced function returned
+ * @ctx: as for rkf_multi_enter(); ctx[6] holds the return value
+ * @key: as for rkf_multi_enter()
+ *
+ * Runs the fexit programs the function has now (a link detached meanwhile runs no more).
+ */
+notrace void rkf_multi_exit(u64 *ctx, unsigned long key)
+{
+	const struct rkf_multi_func *f;
+	u32 i;
+
+	/* bpf_get_func_ret() reads the slot after the last argument. */
+	ctx[ctx[-1] & 0xff] = ctx[6];
+	rcu_read_lock_dont_migrate();
+	f = rkf_multi_lookup(rcu_dereference(rkf_multi_table), key);
+	if (f) {
+		const struct rkf_multi_prog *p = &rcu_dereference(rkf_multi_table)->progs[f->first];
+
+		for (i = f->nr_fentry; i < f->nr_progs; i++)
+			rkf_multi_run(&p[i], ctx);
+	}
+	rcu_read_unlock_migrate();
+	if (atomic_long_dec_and_test(&rkf_multi_inflight))
+		wake_up_var(&rkf_multi_inflight);
+}
+
+/**
+ * rkf_multi_prog_get() - take a program to attach
+ * @fd:    its fd
+ * @fexit: set to whether it is an fexit program
+ * @id:    set to its id
+ *
+ * The program is checked by the function it was verified against, its name and module:
+ * a BTF_ID_LIST of the module would hold an id of the module's distilled BTF, which the
+ * kernel renumbers at load time (kernel/bpf/btf_relocate.c) without patching the list.
+ *
+ * Return: the program, with a reference, or ERR_PTR(-EBADF) (not a program fd) or
+ * ERR_PTR(-EINVAL) (not a TRACING fentry/fexit program loaded against rkf_multi_tmpl6(),
+ * or sleepable).
+ */
+struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id)
+{
+	struct bpf_prog *prog = bpf_prog_get_type_dev(fd, BPF_PROG_TYPE_TRACING, false);
+
+	if (IS_ERR(prog))
+		return prog;
+	if ((prog->expected_attach_type != BPF_TRACE_FENTRY &&
+	     prog->expected_attach_type != BPF_TRACE_FEXIT) ||
+	    prog->aux->mod != THIS_MODULE || !prog->aux->attach_func_name ||
+	    strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6") ||
+	    prog->aux->dst_prog || prog->sleepable) {
+		bpf_prog_put(prog);
+		return ERR_PTR(-EINVAL);
+	}
+	*fexit = prog->expected_attach_type == BPF_TRACE_FEXIT;
+	*id = prog->aux->id;
+	return prog;
+}
+
+/** rkf_multi_prog_put() - drop a reference from rkf_multi_prog_get() @prog: the program */
+void rkf_multi_prog_put(struct bpf_prog *prog)
+{
+	bpf_prog_put(prog);
+}
+
+static const struct btf_type *rkf_multi_skip_mods(const struct btf *btf, u32 id)
+{
+	const struct btf_type *t = btf_type_by_id(btf, id);
+
+	while (t) {
+		switch (BTF_INFO_KIND(t->info)) {
+		case BTF_KIND_TYPEDEF:
+		case BTF_KIND_VOLATILE:
+		case BTF_KIND_CONST:
+		case BTF_KIND_RESTRICT:
+		case BTF_KIND_TYPE_TAG:
+			t = btf_type_by_id(btf, t->type);
+			continue;
+		}
+		break;
+	}
+	return t;
+}
+
+static void rkf_multi_shape_of(const struct btf *btf, u32 type, u32 slot,
+			       struct rkf_multi_shape *shape)
+{
+	const struct btf_type *t;
+
+	if (!type)
+		return;	/* void: kind 0 */
+	t = rkf_multi_skip_mods(btf, type);
+	if (!t)
+		return;
+	shape->kind[slot] = BTF_INFO_KIND(t->info);
+	switch (shape->kind[slot]) {
+	case BTF_KIND_INT:
+	case BTF_KIND_ENUM:
+	case BTF_KIND_ENUM64:
+	case BTF_KIND_STRUCT:
+	case BTF_KIND_UNION:
+	case BTF_KIND_FLOAT:
+		shape->size[slot] = t->size;
+		break;
+	case BTF_KIND_PTR:
+		shape->size[slot] = sizeof(void *);
+		break;
+	}
+}
+
+/**
+ * rkf_multi_shape() - describe a function by its BTF id, for rust/core/src/multi.rs
+ * @prog:   the program to attach; its attach BTF (rkf_multi's, split on vmlinux) resolves
+ *          vmlinux and rkf_multi ids
+ * @btf_id: the function
+ * @shape:  filled in
+ *
+ * Return: 0, or -ENOENT if @btf_id is not a function.
+ */
+int rkf_multi_shape(const struct bpf_prog *prog, u32 btf_id, struct rkf_multi_shape *shape)
+{
+	const struct btf *btf = prog->aux->attach_btf;
+	const struct btf_type *func = btf_type_by_id(btf, btf_id);
+	const struct btf_type *proto;
+	const struct btf_param *params;
+	u32 i, n;
+
+	memset(shape, 0, sizeof(*shape));
+	if (!func || !btf_type_is_func(func))
+		return -ENOENT;
+	proto = btf_type_by_id(btf, func->type);
+	if (!proto || !btf_type_is_func_proto(proto))
+		return -ENOENT;
+	shape->name = btf_name_by_offset(btf, func->name_off);
+	n = btf_type_vlen(proto);
+	params = btf_params(proto);
+	shape->nr_params = n;
+	shape->varargs = n && !params[n - 1].type;
+	rkf_multi_shape_of(btf, proto->type, 0, shape);
+	for (i = 0; i < n && i < ARRAY_SIZE(shape->kind) - 1; i++)
+		rkf_multi_shape_of(btf, params[i].type, i + 1, shape);
+	return 0;
+}
+
+/**
+ * rkf_multi_is_symbol() - whether @addr is the start of the function @name
+ * @addr: an address from user space
+ * @name: the name of the function its BTF id names
+ *
+ * Return: true if kallsyms names @addr "@name+0x0".
+ */
+bool rkf_multi_is_symbol(unsigned long addr, const char *name)
+{
+	char buf[KSYM_SYMBOL_LEN];
+	size_t len = strlen(name);
+
+	sprint_symbol(buf, addr);
+	return !strncmp(buf, name, len) && !strncmp(buf + len, "+0x0/", 5);
+}
+
+/**
+ * rkf_multi_site() - the ftrace site of a function
+ * @addr: the function
+ *
+ * Return: the address ftrace patches, or 0 if the function is not traceable.
+ */
+unsigned long rkf_multi_site(unsigned long addr)
+{
+	return ftrace_location(addr);
+}
+
+/**
+ * rkf_multi_site_busy() - whether another direct trampoline owns a site
+ * @site: from rkf_multi_site()
+ *
+ * Return: true if a trampoline other than rkf_multi's is attached there.
+ */
+bool rkf_multi_site_busy(unsigned long site)
+{
+	unsigned long owner = ftrace_find_rec_direct(site);
+
+	return owner && owner != (unsigned long)rkf_multi_tramp;
+}
+
+/* The one ftrace_ops of rkf_multi; update_ftrace_direct_add() registers it. */
+static struct ftrace_ops rkf_multi_ops;
+
+/**
+ * rkf_multi_ftrace_update() - hook or unhook functions, in one ftrace update
+ * @sites: their sites, from rkf_multi_site()
+ * @n:     how many
+ * @add:   hook (true) or unhook (false)
+ *
+ * All or nothing: on failure no site changed.
+ *
+ * Return: 0, -ENOMEM, or -EINVAL when a site to hook has another direct trampoline (or,
+ * to unhook, is not rkf_multi's).
+ */
+int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add)
+{
+	struct ftrace_hash *hash;
+	int err = 0;
+	u32 i;
+
+	if (!n)
+		return 0;
+	hash = alloc_ftrace_hash(FTRACE_HASH_DEFAULT_BITS);
+	if (!hash)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		if (!add_ftrace_hash_entry_direct(hash, sites[i], (unsigned long)rkf_multi_tramp)) {
+			err = -ENOMEM;
+			goto out;
+		}
+	}
+	if (add)
+		err = update_ftrace_direct_add(&rkf_multi_ops, hash);
+	else
+		err = update_ftrace_direct_del(&rkf_multi_ops, hash);
+out:
+	free_ftrace_hash(hash);
+	return err;
+}
+
+/**
+ * rkf_multi_publish() - make @table the one the trampoline reads
+ * @table: the new table, or NULL
+ *
+ * The caller serialises publications and frees the old table only after
+ * rkf_multi_sync().
+ *
+ * Return: the table it replaces.
+ */
+const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table)
+{
+	return unrcu_pointer(xchg(&rkf_multi_table, RCU_INITIALIZER(table)));
+}
+
+/** rkf_multi_sync() - wait until no cpu reads a table published before */
+void rkf_multi_sync(void)
+{
+	synchronize_rcu();
+}
+
+/**
+ * rkf_multi_wait_inflight() - wait until no fexit call is in flight, at module exit
+ *
+ * With no function hooked any more, no new call enters the trampoline after
+ * synchronize_rcu_tasks() (which also covers tasks preempted inside it); tasks still
+ * inside a traced function return through it, and are waited for.
+ */
+void rkf_multi_wait_inflight(void)
+{
+	synchronize_rcu_tasks();
+	wait_var_event(&rkf_multi_inflight, !atomic_long_read(&rkf_multi_inflight));
+}
+
+/** rkf_multi_capable() - whether the caller may attach: CAP_BPF and CAP_PERFMON */
+bool rkf_multi_capable(void)
+{
+	return capable(CAP_BPF) && capable(CAP_PERFMON);
+}
+
+/** rkf_multi_ibt_enabled() - whether IBT is on, which the fexit call cannot work with */
+bool rkf_multi_ibt_enabled(void)
+{
+	return IS_ENABLED(CONFIG_X86_KERNEL_IBT) && cpu_feature_enabled(X86_FEATURE_IBT);
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Host tests of rkf_multi's rules: glob matching against a reference matcher, the table
+//! order of overlapping links, and the ftrace transitions of link operations.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+use rkf_core::multi::*;
+
+/// A plain recursive matcher over `*`, `?` and literals, the reference for glob_match().
+fn reference(pat: &[u8], name: &[u8]) -> bool {
+    match (pat.first(), name.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            reference(&pat[1..], name) || (!name.is_empty() && reference(pat, &name[1..]))
+        }
+        (Some(b'?'), Some(_)) => reference(&pat[1..], &name[1..]),
+        (Some(p), Some(n)) if p == n => reference(&pat[1..], &name[1..]),
+        _ => false,
+    }
+}
+
+#[test]
+fn globs() {
+    let yes: &[(&str, &str)] = &[
+        ("vfs_*", "vfs_read"),
+        ("vfs_*", "vfs_"),
+        ("*", ""),
+        ("*read*", "ksys_read"),
+        ("tcp_v?_rcv", "tcp_v4_rcv"),
+        ("bpf_fentry_test[1-3]", "bpf_fentry_test2"),
+        ("bpf_fentry_test[!1-3]", "bpf_fentry_test7"),
+        ("x[ab]y", "xby"),
+        ("a\\*b", "a*b"),
+        ("[]]", "]"),
+        ("*a*b*c", "xxaxxbxxc"),
+        ("[", "["),
+    ];
+    let no: &[(&str, &str)] = &[
+        ("vfs_*", "vfsread"),
+        ("bpf_fentry_test[1-3]", "bpf_fentry_test4"),
+        ("bpf_fentry_test[!1-3]", "bpf_fentry_test1"),
+        ("a\\*b", "axb"),
+        ("?", ""),
+        ("*a*b*c", "xxaxxbxx"),
+        ("exact", "exactly"),
+    ];
+    for (p, n) in yes {
+        assert!(
+            glob_match(p.as_bytes(), n.as_bytes()),
+            "{p} should match {n}"
+        );
+    }
+    for (p, n) in no {
+        assert!(
+            !glob_match(p.as_bytes(), n.as_bytes()),
+            "{p} should not match {n}"
+        );
+    }
+    assert!(is_glob(b"vfs_*") && is_glob(b"a?") && !is_glob(b"vfs_read"));
+}
+
+#[test]
+fn counts_and_duplicates() {
+    assert_eq!(check_count(0), Err(EINVAL));
+    assert_eq!(check_count(1), Ok(()));
+    assert_eq!(check_count(MAX_FUNCS), Ok(()));
+    assert_eq!(check_count(MAX_FUNCS + 1), Err(E2BIG));
+    assert_eq!(first_duplicate(&[1, 2, 3]), None);
+    assert_eq!(first_duplicate(&[1, 2, 2, 3, 3]), Some(2));
+    assert_eq!(first_duplicate::<u32>(&[]), None);
+}
+
+#[test]
+fn refusals_round_trip() {
+    for v in 1..=10 {
+        let r = Refusal::from_raw(v).unwrap();
+        assert_eq!(r as u32, v);
+        assert!(!r.describe().is_empty());
+        assert!([EINVAL, E2BIG, ENOENT, EBUSY].contains(&r.errno()));
+    }
+    assert_eq!(Refusal::from_raw(0), None);
+    assert_eq!(Refusal::Busy.errno(), EBUSY);
+    assert_eq!(Refusal::NotTraceable.errno(), ENOENT);
+    assert!(denied(b"migrate_disable") && !denied(b"vfs_read"));
+}
+
+#[test]
+fn shapes() {
+    use btf_kind::*;
+    let k = |ret: u32, params: &[u32]| {
+        let mut kind = [0; 8];
+        kind[0] = ret;
+        kind[1..=params.len()].copy_from_slice(params);
+        kind
+    };
+    let sizes = [8; 8];
+    // int f(void *, long, enum e)
+    assert_eq!(
+        check_shape(3, false, &k(INT, &[PTR, INT, ENUM]), &sizes),
+        Ok(3)
+    );
+    // void f(void)
+    assert_eq!(check_shape(0, false, &k(0, &[]), &sizes), Ok(0));
+    // six pointers: the most the trampoline saves
+    assert_eq!(check_shape(6, false, &k(PTR, &[PTR; 6]), &sizes), Ok(6));
+    assert_eq!(
+        check_shape(7, false, &k(PTR, &[PTR; 7]), &sizes),
+        Err(Refusal::TooManyArgs)
+    );
+    // a struct by value, a float, a struct return, __int128, varargs
+    assert_eq!(
+        check_shape(1, false, &k(INT, &[4]), &sizes),
+        Err(Refusal::NotInRegisters)
+    );
+    assert_eq!(
+        check_shape(1, false, &k(INT, &[16]), &sizes),
+        Err(Refusal::NotInRegisters)
+    );
+    assert_eq!(
+        check_shape(1, false, &k(4, &[PTR]), &sizes),
+        Err(Refusal::NotInRegisters)
+    );
+    let mut wide = sizes;
+    wide[1] = 16;
+    assert_eq!(
+        check_shape(1, false, &k(INT, &[INT]), &wide),
+        Err(Refusal::NotInRegisters)
+    );
+    assert_eq!(
+        check_shape(2, true, &k(INT, &[PTR, 0]), &sizes),
+        Err(Refusal::NotInRegisters)
+    );
+}
+
+proptest! {
+    #[test]
+    fn glob_agrees_with_reference(pat in "[ab*?]{0,8}", name in "[ab]{0,10}") {
+        prop_assert_eq!(glob_match(pat.as_bytes(), name.as_bytes()), reference(pat.as_bytes(), name.as_bytes()));
+    }
+
+    #[test]
+    fn literal_globs_match_only_themselves(a in "[a-z_0-9]{1,12}", b in "[a-z_0-9]{1,12}") {
+        prop_assert_eq!(glob_match(a.as_bytes(), b.as_bytes()), a == b);
+    }
+
+    /// Links in attach order, each on a set of sites with fentry or fexit: the table has one
+    /// group per site, fentry before fexit, each in attach order, and holds every slot once.
+    #[test]
+    fn table_order(links in prop::collection::vec((prop::collection::btree_set(0u64..20, 1..8), any::<bool>()), 1..6)) {
+        let mut slots = Vec::new();
+        for (seq, (sites, fexit)) in links.iter().enumerate() {
+            for &site in sites {
+                slots.push(Slot { site, fexit: *fexit, seq: seq as u64, idx: slots.len() as u32 });
+            }
+        }
+        let all = slots.clone();
+        order_slots(&mut slots);
+        let gs: Vec<Group> = groups(&slots).collect();
+        let sites: BTreeSet<u64> = all.iter().map(|s| s.site).collect();
+        prop_assert_eq!(gs.len(), sites.len());
+        prop_assert!(gs.windows(2).all(|w| w[0].site < w[1].site && w[0].end == w[1].start));
+        prop_assert_eq!(gs.first().map(|g| g.start), Some(0));
+        prop_assert_eq!(gs.last().map(|g| g.end), Some(slots.len()));
+        for g in &gs {
+            let run = &slots[g.start..g.end];
+            prop_assert!(run.iter().all(|s| s.site == g.site));
+            prop_assert!(run[..g.fentry].iter().all(|s| !s.fexit));
+            prop_assert!(run[g.fentry..].iter().all(|s| s.fexit));
+            prop_assert!(run[..g.fentry].windows(2).all(|w| w[0].seq < w[1].seq));
+            prop_assert!(run[g.fentry..].windows(2).all(|w| w[0].seq < w[1].seq));
+            let keys: Vec<u64> = gs.iter().map(|g| g.site).collect();
+            prop_assert_eq!(lookup(&keys, g.site).map(|i| keys[i]), Some(g.site));
+        }
+        let mut seen: Vec<u32> = slots.iter().map(|s| s.idx).collect();
+        seen.sort_unstable();
+        prop_assert_eq!(seen, (0..all.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn heapsort_sorts(mut v in prop::collection::vec((0u8..20, 0u32..1000), 0..200)) {
+        let mut want = v.clone();
+        want.sort_by_key(|x| x.0);
+        sort_by_key(&mut v, |x| x.0);
+        prop_assert_eq!(v.iter().map(|x| x.0).collect::<Vec<_>>(), want.iter().map(|x| x.0).collect::<Vec<_>>());
+        let mut a: Vec<_> = v.clone();
+        a.sort();
+        want.sort();
+        prop_assert_eq!(a, want);
+    }
+
+    /// The sites a link operation hooks or unhooks are exactly those no other link holds.
+    #[test]
+    fn transitions_are_set_differences(
+        link in prop::collection::btree_set(0u64..40, 0..15),
+        others in prop::collection::vec(prop::collection::btree_set(0u64..40, 0..15), 0..4),
+    ) {
+        let sorted: Vec<u64> = link.iter().copied().collect();
+        let others: Vec<Vec<u64>> = others.iter().map(|o| o.iter().copied().collect()).collect();
+        let mut out = vec![0; sorted.len()];
+        let n = transitions(&sorted, others.iter().map(|o| o.as_slice()), &mut out);
+        let union: BTreeSet<u64> = others.iter().flatten().copied().collect();
+        let want: Vec<u64> = link.difference(&union).copied().collect();
+        prop_assert_eq!(&out[..n], &want[..]);
+    }
+}

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_multi selftests: fentry and fexit programs on many functions through one link each.
+ * Each records, per function (found by bpf_get_func_ip()), what it saw: the arguments
+ * through ctx and through bpf_get_func_arg(), the argument count, the cookie, and for
+ * fexit the return value both ways.  Four more pairs of programs count hits only, for the
+ * tests of overlapping links.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "rkf.bpf.h"
+
+#define MAX_FUNCS 16
+#define NR_COUNTERS 4
+
+struct rec {
+	__u64 hits;
+	__u64 args[6];
+	__u64 helper_args[6];
+	__u64 nr_args;
+	__u64 cookie;
+	__u64 ret;
+	__u64 helper_ret;
+	long arg_err;
+};
+
+/* Inputs: the functions' addresses, as bpf_get_func_ip() returns them. */
+__u64 ips[MAX_FUNCS];
+/* 0: every task; otherwise only this one (for real vmlinux functions). */
+__u32 target_pid;
+
+/* Outputs. */
+struct rec fentry_recs[MAX_FUNCS];
+struct rec fexit_recs[MAX_FUNCS];
+__u64 counts[2 * NR_COUNTERS][MAX_FUNCS];
+__u64 unknown_ip;
+
+static __always_inline int slot_of(__u64 ip)
+{
+	for (int i = 0; i < MAX_FUNCS; i++)
+		if (ips[i] == ip)
+			return i;
+	return -1;
+}
+
+static __always_inline bool wanted(void)
+{
+	return !target_pid || (__u32)bpf_get_current_pid_tgid() == target_pid;
+}
+
+static __always_inline void record(struct rec *r, void *ctx, __u64 *a)
+{
+	__u64 n = bpf_get_func_arg_cnt(ctx);
+
+	__sync_fetch_and_add(&r->hits, 1);
+	r->nr_args = n;
+	r->cookie = bpf_get_attach_cookie(ctx);
+	for (int i = 0; i < 6; i++) {
+		r->args[i] = a[i];
+		if (i < n && bpf_get_func_arg(ctx, i, &r->helper_args[i]))
+			r->arg_err = -1;
+	}
+}
+
+RKF_MULTI_FENTRY
+int BPF_PROG(multi_fentry, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u64 a5)
+{
+	__u64 a[6] = { a0, a1, a2, a3, a4, a5 };
+	int s;
+
+	if (!wanted())
+		return 0;
+	s = slot_of(bpf_get_func_ip(ctx));
+	if (s < 0 || s >= MAX_FUNCS) {
+		unknown_ip = bpf_get_func_ip(ctx);
+		return 0;
+	}
+	record(&fentry_recs[s], ctx, a);
+	return 0;
+}
+
+RKF_MULTI_FEXIT
+int BPF_PROG(multi_fexit, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u64 a5,
+	     __u64 ret)
+{
+	__u64 a[6] = { a0, a1, a2, a3, a4, a5 };
+	struct rec *r;
+	int s;
+
+	if (!wanted())
+		return 0;
+	s = slot_of(bpf_get_func_ip(ctx));
+	if (s < 0 || s >= MAX_FUNCS) {
+		unknown_ip = bpf_get_func_ip(ctx);
+		return 0;
+	}
+	r = &fexit_recs[s];
+	record(r, ctx, a);
+	r->ret = ret;
+	if (bpf_get_func_ret(ctx, &r->helper_ret))
+		r->arg_err = -2;
+	return 0;
+}
+
+/* Counters k (fentry) and NR_COUNTERS + k (fexit), one program each. */
+#define COUNTER(k)								\
+RKF_MULTI_FENTRY								\
+int BPF_PROG(count_fentry##k)							\
+{										\
+	int s = slot_of(bpf_get_func_ip(ctx));					\
+										\
+	if (wanted() && s >= 0 && s < MAX_FUNCS)				\
+		__sync_fetch_and_add(&counts[k][s], 1);				\
+	return 0;								\
+}										\
+RKF_MULTI_FEXIT									\
+int BPF_PROG(count_fexit##k)							\
+{										\
+	int s = slot_of(bpf_get_func_ip(ctx));					\
+										\
+	if (wanted() && s >= 0 && s < MAX_FUNCS)				\
+		__sync_fetch_and_add(&counts[NR_COUNTERS + k][s], 1);		\
+	return 0;								\
+}
+COUNTER(0)
+COUNTER(1)
+COUNTER(2)
+COUNTER(3)
+
+/* Not an rkf_multi program: an ordinary fentry program, for the refusal and coexistence tests. */
+SEC("fentry/bpf_fentry_test1")
+int BPF_PROG(plain_fentry, int a)
+{
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_multi, after the upstream tracing_multi selftests
+//! (tools/testing/selftests/bpf/prog_tests/tracing_multi.c): fentry, fexit and both on one
+//! set; arguments and return values of known calls; cookies; func_ip; overlapping links in
+//! every combination; rollback; every refusal; coexistence with in-kernel trampolines.
+//!
+//! The targets are vmlinux's bpf_fentry_test1..9 (net/bpf/test_run.c), which
+//! BPF_PROG_TEST_RUN of any fentry program calls once each with known arguments, and which
+//! it checks the return values of: a trampoline that corrupted one fails the run.
+//! (bpf_fentry_test10() returns its argument and has no side effect: clang folds the
+//! call away, so it never runs on this kernel.)
+
+use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{
+    skel::{OpenSkel, SkelBuilder},
+    ProgramInput,
+};
+
+use crate::{
+    check, check_eq, diag,
+    harness::Test,
+    skel::multi::{MultiSkel, MultiSkelBuilder},
+};
+use rkf::{
+    btf::RawBtf,
+    kallsyms::Kallsyms,
+    modules,
+    multi::{self, Func, Link},
+};
+use rkf_core::multi::Refusal;
+
+pub const TESTS: &[Test] = &[
+    Test {
+        name: "multi_fentry_args_cookies_func_ip",
+        run: fentry_args,
+    },
+    Test {
+        name: "multi_fexit_return_values",
+        run: fexit_ret,
+    },
+    Test {
+        name: "multi_fentry_fexit_one_set",
+        run: fentry_fexit_one_set,
+    },
+    Test {
+        name: "multi_intersect_every_combination",
+        run: intersect,
+    },
+    Test {
+        name: "multi_refusals_and_rollback",
+        run: refusals,
+    },
+    Test {
+        name: "multi_coexistence_with_bpf_trampolines",
+        run: coexistence,
+    },
+];
+
+/// (arguments, return value) of bpf_fentry_testN(), as bpf_prog_test_run_tracing() calls
+/// them.  Pointers to its locals are `None`.
+const CALLS: [(&[Option<u64>], u64); 9] = [
+    (&[Some(1)], 2),
+    (&[Some(2), Some(3)], 5),
+    (&[Some(4), Some(5), Some(6)], 15),
+    (&[Some(7), Some(8), Some(9), Some(10)], 34),
+    (&[Some(11), Some(12), Some(13), Some(14), Some(15)], 65),
+    (
+        &[Some(16), Some(17), Some(18), Some(19), Some(20), Some(21)],
+        111,
+    ),
+    (&[Some(0)], 0),
+    (&[None], 0),
+    (&[None], 0),
+];
+
+/// bpf_fentry_test1..9, resolved once (BTF and kallsyms are slow to read under KASAN).
+fn targets() -> Result<Vec<Func>> {
+    static TARGETS: std::sync::OnceLock<Vec<Func>> = std::sync::OnceLock::new();
+    if let Some(t) = TARGETS.get() {
+        return Ok(t.clone());
+    }
+    let t = resolve_targets()?;
+    Ok(TARGETS.get_or_init(|| t).clone())
+}
+
+fn resolve_targets() -> Result<Vec<Func>> {
+    let names: Vec<String> = (1..=9).map(|i| format!("bpf_fentry_test{i}")).collect();
+    let r = multi::resolve(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
+    // resolve() keeps BTF order; put them in call order.
+    let mut out = Vec::new();
+    for n in &names {
+        out.push(
+            r.funcs
+                .iter()
+                .find(|f| &f.name == n)
+                .with_context(|| format!("{n} not resolved"))?
+                .clone(),
+        );
+    }
+    Ok(out)
+}
+
+fn load<'o>(
+    obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    funcs: &[Func],
+) -> Result<MultiSkel<'o>> {
+    modules::require("rkf_multi")?;
+    let mut open = MultiSkelBuilder::default().open(obj)?;
+    let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
+    for (i, f) in funcs.iter().enumerate() {
+        bss.ips[i] = f.addr;
+    }
+    open.load().context("loading multi.bpf.c")
+}
+
+/// BPF_PROG_TEST_RUN of an fentry program: one call of each bpf_fentry_testN(), whose
+/// return values the kernel checks (-EFAULT if one is wrong).
+fn trigger(skel: &MultiSkel<'_>) -> Result<()> {
+    skel.progs
+        .plain_fentry
+        .test_run(ProgramInput::default())
+        .context("BPF_PROG_TEST_RUN (a bpf_fentry_testN() returned a wrong value?)")?;
+    Ok(())
+}
+
+fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<Link> {
+    Link::attach(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn reset(skel: &mut MultiSkel<'_>) -> Result<()> {
+    let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+    for r in bss.fentry_recs.iter_mut().chain(bss.fexit_recs.iter_mut()) {
+        *r = Default::default();
+    }
+    for c in bss.counts.iter_mut() {
+        c.fill(0);
+    }
+    bss.unknown_ip = 0;
+    Ok(())
+}
+
+fn check_args(what: &str, f: &Func, r: &crate::skel::multi::types::rec, call: usize) -> Result<()> {
+    let (args, _) = CALLS[call];
+    check_eq!(r.hits, 1, "{what} {}: hits", f.name);
+    check_eq!(
+        r.nr_args,
+        u64::from(f.nr_args),
+        "{what} {}: bpf_get_func_arg_cnt()",
+        f.name
+    );
+    check_eq!(r.arg_err, 0, "{what} {}: helper errors", f.name);
+    for (i, want) in args.iter().enumerate() {
+        // Narrow arguments (char, short, int) leave the register's upper bits undefined.
+        if let Some(w) = want {
+            check_eq!(r.args[i] & 0xff, *w, "{what} {}: ctx argument {i}", f.name);
+        }
+        check_eq!(
+            r.helper_args[i],
+            r.args[i],
+            "{what} {}: bpf_get_func_arg({i}) against ctx",
+            f.name
+        );
+    }
+    Ok(())
+}
+
+fn fentry_args() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x1000 + i * 7).collect();
+    let link = attach(&skel.progs.multi_fentry, &funcs, Some(&cookies))?;
+    diag!(
+        "attached to {} functions in {:?}",
+        funcs.len(),
+        link.attach_time
+    );
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.unknown_ip,
+        0,
+        "calls with an unexpected bpf_get_func_ip()"
+    );
+    for (i, f) in funcs.iter().enumerate() {
+        let r = &bss.fentry_recs[i];
+        check_args("fentry", f, r, i)?;
+        check_eq!(
+            r.cookie,
+            cookies[i],
+            "fentry {}: bpf_get_attach_cookie()",
+            f.name
+        );
+    }
+    let info = link.info()?;
+    check_eq!(info.funcs.len(), funcs.len(), "functions in the link info");
+    check!(
+        info.funcs.iter().all(|f| f.hits == 1 && f.misses == 0),
+        "link info: one hit and no miss per function: {:?}",
+        info.funcs
+    );
+    drop(link);
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check!(
+        bss.fentry_recs.iter().all(|r| r.hits == 0),
+        "the program still runs after the link was closed"
+    );
+    Ok(())
+}
+
+fn fexit_ret() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let _link = attach(&skel.progs.multi_fexit, &funcs, None)?;
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.unknown_ip,
+        0,
+        "calls with an unexpected bpf_get_func_ip()"
+    );
+    for (i, f) in funcs.iter().enumerate() {
+        let r = &bss.fexit_recs[i];
+        check_args("fexit", f, r, i)?;
+        check_eq!(
+            r.ret & 0xffff_ffff,
+            CALLS[i].1,
+            "fexit {}: return value (ctx)",
+            f.name
+        );
+        check_eq!(
+            r.helper_ret,
+            r.ret,
+            "fexit {}: bpf_get_func_ret() against ctx",
+            f.name
+        );
+        check_eq!(r.cookie, 0, "fexit {}: no cookie given", f.name);
+    }
+    Ok(())
+}
+
+fn fentry_fexit_one_set() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let _a = attach(&skel.progs.multi_fentry, &funcs, None)?;
+    let _b = attach(&skel.progs.multi_fexit, &funcs, None)?;
+    reset(&mut skel)?;
+    for _ in 0..3 {
+        trigger(&skel)?;
+    }
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    for (i, f) in funcs.iter().enumerate() {
+        check_eq!(bss.fentry_recs[i].hits, 3, "fentry {}: hits", f.name);
+        check_eq!(bss.fexit_recs[i].hits, 3, "fexit {}: hits", f.name);
+        check_eq!(
+            bss.fexit_recs[i].ret & 0xffff_ffff,
+            CALLS[i].1,
+            "fexit {}: return value",
+            f.name
+        );
+    }
+    Ok(())
+}
+
+/// Four links (two fentry, two fexit) on overlapping sets, attached in every combination
+/// and in both orders: each function counts exactly one hit per link that holds it.
+fn intersect() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    // Sets as bit masks over the ten functions.
+    let sets: [u16; 4] = [
+        0b00_0011_1111,
+        0b11_1111_0000,
+        0b01_0101_0101,
+        0b10_1010_1010,
+    ];
+    let mut rounds = 0;
+    for combo in 1u32..16 {
+        for reverse in [false, true] {
+            let mut order: Vec<usize> = (0..4).filter(|k| combo & (1 << k) != 0).collect();
+            if reverse {
+                order.reverse();
+            }
+            reset(&mut skel)?;
+            let mut links = Vec::new();
+            for &k in &order {
+                let chosen: Vec<Func> = funcs
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| sets[k] & (1 << i) != 0)
+                    .map(|(_, f)| f.clone())
+                    .collect();
+                let p = &skel.progs;
+                let prog = match k {
+                    0 => &p.count_fentry0,
+                    1 => &p.count_fentry1,
+                    2 => &p.count_fexit2,
+                    _ => &p.count_fexit3,
+                };
+                links.push(attach(prog, &chosen, None)?);
+            }
+            trigger(&skel)?;
+            let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+            for k in 0..4 {
+                // count_fentry0/1 count in rows 0/1, count_fexit2/3 in rows 4 + 2/3.
+                let row = if k < 2 { k } else { 4 + k };
+                for i in 0..funcs.len() {
+                    let want = u64::from(combo & (1 << k) != 0 && sets[k] & (1 << i) != 0);
+                    check_eq!(
+                        bss.counts[row][i],
+                        want,
+                        "links {order:?}: link {k} on {}",
+                        funcs[i].name
+                    );
+                }
+            }
+            rounds += 1;
+        }
+    }
+    diag!("{rounds} combinations of 4 overlapping links, exact counts");
+    Ok(())
+}
+
+/// A function that BTF and kallsyms know, that ftrace cannot hook (notrace).
+fn notrace_function(funcs: &[Func]) -> Result<Func> {
+    let ftrace: HashSet<String> =
+        std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
+            .or_else(|_| {
+                std::fs::read_to_string("/sys/kernel/debug/tracing/available_filter_functions")
+            })?
+            .lines()
+            .map(str::to_string)
+            .collect();
+    let k = Kallsyms::load()?;
+    let btf = RawBtf::vmlinux()?;
+    let known: HashSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    for f in btf.funcs()? {
+        if f.nr_params == 0
+            || f.nr_params > 6
+            || known.contains(f.name.as_str())
+            || ftrace.contains(&f.name)
+        {
+            continue;
+        }
+        if rkf_core::multi::check_shape(f.nr_params, f.varargs, &f.kind, &f.size).is_err() {
+            continue;
+        }
+        if let Ok(addr) = k.lookup(&f.name, None) {
+            return Ok(Func {
+                name: f.name,
+                btf_id: f.btf_id,
+                addr,
+                nr_args: f.nr_params,
+            });
+        }
+    }
+    bail!("no notrace function found in BTF")
+}
+
+/// Every refusal: errno, the function named, and nothing left behind (the good functions
+/// then attach and count exactly).
+fn refusals() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let good = &funcs[..5];
+    let with = |i: usize, bad: Func| {
+        let mut v = good.to_vec();
+        v.insert(i, bad);
+        v
+    };
+    let mut wrong_addr = funcs[1].clone();
+    wrong_addr.addr = funcs[2].addr;
+    let mut not_func = funcs[0].clone();
+    not_func.btf_id = 1; // an INT type in vmlinux BTF
+    not_func.name = "btf id 1".into();
+    let notrace = notrace_function(&funcs)?;
+    diag!("notrace function for the test: {}", notrace.name);
+    let cases: Vec<(&str, Vec<Func>, i32, Option<(usize, Refusal)>)> = vec![
+        (
+            "duplicate",
+            with(5, funcs[2].clone()),
+            libc::EINVAL,
+            Some((5, Refusal::Duplicate)),
+        ),
+        (
+            "address of another function",
+            with(2, wrong_addr),
+            libc::EINVAL,
+            Some((2, Refusal::WrongAddress)),
+        ),
+        (
+            "not a function",
+            with(0, not_func),
+            libc::ENOENT,
+            Some((0, Refusal::NotAFunction)),
+        ),
+        (
+            "notrace",
+            with(3, notrace),
+            libc::ENOENT,
+            Some((3, Refusal::NotTraceable)),
+        ),
+        ("none", Vec::new(), libc::EINVAL, None),
+        (
+            "too many",
+            vec![funcs[0].clone(); rkf_core::multi::MAX_FUNCS as usize + 1],
+            libc::E2BIG,
+            None,
+        ),
+    ];
+    for (what, set, errno, refused) in cases {
+        match Link::attach(&skel.progs.count_fentry0, &set, None) {
+            Ok(_) => bail!("{what}: attached"),
+            Err(e) => {
+                diag!("{what}: {e}");
+                check_eq!(e.errno, errno, "{what}: errno");
+                check_eq!(e.refused, refused, "{what}: the function refused and why");
+            }
+        }
+        // Nothing half-attached: no function runs the program.
+        reset(&mut skel)?;
+        trigger(&skel)?;
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        check!(
+            bss.counts[0].iter().all(|&c| c == 0),
+            "{what}: a function runs the program after a failed attach"
+        );
+    }
+    // Programs that are not rkf_multi programs.
+    for (what, fd) in [
+        (
+            "an ordinary fentry program",
+            skel.progs.plain_fentry.as_fd(),
+        ),
+        ("a map", skel.maps.bss.as_fd()),
+    ] {
+        let e = Link::attach(&fd, good, None)
+            .err()
+            .with_context(|| format!("{what}: attached"))?;
+        diag!("{what}: {e}");
+        check_eq!(e.errno, libc::EINVAL, "{what}: errno");
+    }
+    // And then the good set works, exactly.
+    let _l = attach(&skel.progs.count_fentry0, good, None)?;
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    for i in 0..10 {
+        check_eq!(
+            bss.counts[0][i],
+            u64::from(i < 5),
+            "after the refusals: {}",
+            funcs[i].name
+        );
+    }
+    Ok(())
+}
+
+/// An in-kernel fentry trampoline on a function makes rkf_multi refuse it (EBUSY, named),
+/// and the reverse: an in-kernel attach to an rkf_multi function fails, and neither
+/// breaks the other.
+fn coexistence() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    {
+        let _kernel = skel
+            .progs
+            .plain_fentry
+            .attach()
+            .context("in-kernel fentry on bpf_fentry_test1")?;
+        let e = Link::attach(&skel.progs.count_fentry0, &funcs[..3], None)
+            .err()
+            .context("rkf_multi attached over an in-kernel trampoline")?;
+        diag!("rkf_multi over BPF: {e}");
+        check_eq!(e.errno, libc::EBUSY, "errno");
+        check_eq!(
+            e.refused,
+            Some((0, Refusal::Busy)),
+            "the function refused and why"
+        );
+        // The rest attaches.
+        let _l = attach(&skel.progs.count_fentry0, &funcs[1..3], None)?;
+        reset(&mut skel)?;
+        trigger(&skel)?;
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        check_eq!(
+            bss.counts[0][..3],
+            [0, 1, 1],
+            "counts beside the in-kernel trampoline"
+        );
+    }
+    let _l = attach(&skel.progs.count_fentry0, &funcs[..3], None)?;
+    match skel.progs.plain_fentry.attach() {
+        Ok(_) => bail!("an in-kernel fentry attached to a function rkf_multi holds"),
+        Err(e) => diag!("BPF over rkf_multi: {e}"),
+    }
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.counts[0][..3],
+        [1, 1, 1],
+        "rkf_multi counts after the refused in-kernel attach"
+    );
+    Ok(())
+}

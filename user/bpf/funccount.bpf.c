@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf funccount: counts calls per function.  One rkf_multi fentry program on every
+ * function that matches; bpf_get_func_ip() says which was hit.  User space fills the map
+ * with the functions' addresses before attaching, so the program only adds.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "rkf.bpf.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+__u64 unknown;
+
+RKF_MULTI_FENTRY
+int BPF_PROG(funccount)
+{
+	__u64 ip = bpf_get_func_ip(ctx);
+	__u64 *n = bpf_map_lookup_elem(&counts, &ip);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		__sync_fetch_and_add(&unknown, 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

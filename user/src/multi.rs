@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_multi from user space: choosing the functions, attaching links, reading them back.
+//!
+//! A program for rkf_multi is a TRACING fentry or fexit program loaded against the
+//! module's `rkf_multi_tmpl6()` (`RKF_MULTI_FENTRY`/`RKF_MULTI_FEXIT` in rkf.bpf.h), with
+//! auto-attach off.  [`resolve()`] turns names and globs into functions, skipping (with a
+//! reason) those the trampoline cannot trace honestly; [`Link::attach()`] attaches the
+//! program to them through `/dev/rkf_multi`; dropping the [`Link`] detaches it.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    fs::{File, OpenOptions},
+    os::fd::{AsFd, AsRawFd},
+};
+
+use anyhow::{bail, Context, Result};
+use rkf_core::multi::{self as rules, Refusal};
+
+use crate::{btf::RawBtf, kallsyms::Kallsyms};
+
+/// The device.
+pub const DEVICE: &str = "/dev/rkf_multi";
+
+/// `struct rkf_multi_attach` (c-shim/rkf.h).
+#[repr(C)]
+#[derive(Default, Debug)]
+struct AttachC {
+    prog_fd: u32,
+    cnt: u32,
+    btf_ids: u64,
+    addrs: u64,
+    cookies: u64,
+    flags: u32,
+    bad_index: u32,
+    reason: u32,
+    pad: u32,
+}
+
+/// `struct rkf_multi_func_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct FuncInfo {
+    /// The function's address.
+    pub addr: u64,
+    /// Its cookie.
+    pub cookie: u64,
+    /// Program runs on it.
+    pub hits: u64,
+    /// Runs skipped by the recursion guard.
+    pub misses: u64,
+}
+
+/// `struct rkf_multi_link_info`.
+#[repr(C)]
+#[derive(Default, Debug)]
+struct LinkInfoC {
+    id: u64,
+    prog_id: u32,
+    fexit: u32,
+    cnt: u32,
+    buf_cnt: u32,
+    funcs: u64,
+    next_id: u64,
+}
+
+const fn iowr(nr: u64, size: usize) -> u64 {
+    // _IOWR('r', nr, size): dir 3 << 30, size << 16, type << 8, nr.
+    (3 << 30) | ((size as u64) << 16) | ((b'r' as u64) << 8) | nr
+}
+const IOC_ATTACH: u64 = iowr(1, std::mem::size_of::<AttachC>());
+const IOC_INFO: u64 = iowr(2, std::mem::size_of::<LinkInfoC>());
+
+/// A function to attach to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Func {
+    /// Its name.
+    pub name: String,
+    /// Its vmlinux BTF id.
+    pub btf_id: u32,
+    /// Its address.
+    pub addr: u64,
+    /// Its argument count.
+    pub nr_args: u32,
+}
+
+/// Why a function matched by a glob was left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Skip {
+    /// What rkf_multi would refuse.
+    Refused(u32),
+    /// Two kernel functions have the name (static functions of different files): the
+    /// address is ambiguous.
+    Ambiguous,
+    /// In BTF but not in /proc/kallsyms.
+    NoSymbol,
+}
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Refused(r) => f.write_str(Refusal::from_raw(*r).map_or("?", Refusal::describe)),
+            Self::Ambiguous => f.write_str("the name is not unique in /proc/kallsyms"),
+            Self::NoSymbol => f.write_str("not in /proc/kallsyms"),
+        }
+    }
+}
+
+/// Functions chosen by [`resolve()`], and those left out.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// The functions, in BTF order.
+    pub funcs: Vec<Func>,
+    /// Left out, by reason.
+    pub skipped: BTreeMap<Skip, Vec<String>>,
+}
+
+impl Resolved {
+    /// How many were left out.
+    pub fn nr_skipped(&self) -> usize {
+        self.skipped.values().map(Vec::len).sum()
+    }
+}
+
+/// The names ftrace can hook: vmlinux lines of available_filter_functions, with counts.
+fn ftrace_functions() -> Result<HashMap<String, u32>> {
+    let paths = [
+        "/sys/kernel/tracing/available_filter_functions",
+        "/sys/kernel/debug/tracing/available_filter_functions",
+    ];
+    let text = paths
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .with_context(|| {
+            format!(
+                "cannot read {} (mount tracefs: mount -t tracefs nodev /sys/kernel/tracing)",
+                paths[0]
+            )
+        })?;
+    let mut m = HashMap::new();
+    for line in text.lines() {
+        // "name" for vmlinux, "name [module]" for modules.
+        if line.contains(' ') {
+            continue;
+        }
+        *m.entry(line.to_string()).or_insert(0) += 1;
+    }
+    Ok(m)
+}
+
+/// Resolves `patterns` (function names or globs such as `vfs_*`) to vmlinux functions.
+///
+/// A function named exactly must be attachable: otherwise this fails, saying why.  A glob
+/// leaves out what cannot be attached, and says how many and why in
+/// [`Resolved::skipped`].  Fails if nothing is left.
+pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
+    let btf = RawBtf::vmlinux()?;
+    let ksyms = Kallsyms::load()?;
+    let ftrace = ftrace_functions()?;
+    let mut addrs: HashMap<&str, (u64, u32)> = HashMap::new();
+    for s in ksyms.symbols() {
+        if s.module.is_none() && matches!(s.kind, 't' | 'T') {
+            let e = addrs.entry(s.name.as_str()).or_insert((s.addr, 0));
+            e.1 += 1;
+        }
+    }
+    let mut out = Resolved::default();
+    let mut matched = vec![false; patterns.len()];
+    let mut seen = std::collections::HashSet::new();
+    for f in btf.funcs()? {
+        let Some(pi) = patterns
+            .iter()
+            .position(|p| rules::glob_match(p.as_bytes(), f.name.as_bytes()))
+        else {
+            continue;
+        };
+        matched[pi] = true;
+        // BTF may describe a function twice (once per compilation unit that declares it).
+        if !seen.insert(f.name.clone()) {
+            continue;
+        }
+        let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
+            Err(r) => Some(Skip::Refused(r as u32)),
+            Ok(_) if rules::denied(f.name.as_bytes()) => {
+                Some(Skip::Refused(Refusal::Denied as u32))
+            }
+            Ok(_) => match (ftrace.get(f.name.as_str()), addrs.get(f.name.as_str())) {
+                (None, _) => Some(Skip::Refused(Refusal::NotTraceable as u32)),
+                (_, None) => Some(Skip::NoSymbol),
+                (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
+                _ => None,
+            },
+        };
+        match skip {
+            Some(why) if !rules::is_glob(patterns[pi].as_bytes()) => {
+                bail!("cannot attach to {}: {why}", f.name);
+            }
+            Some(why) => out.skipped.entry(why).or_default().push(f.name),
+            None => out.funcs.push(Func {
+                addr: addrs[f.name.as_str()].0,
+                nr_args: f.nr_params,
+                btf_id: f.btf_id,
+                name: f.name,
+            }),
+        }
+    }
+    for (p, m) in patterns.iter().zip(&matched) {
+        if !m {
+            bail!("no function matches {p} (in vmlinux BTF)");
+        }
+    }
+    if out.funcs.is_empty() {
+        bail!(
+            "nothing to attach: all {} matching functions were left out",
+            out.nr_skipped()
+        );
+    }
+    Ok(out)
+}
+
+/// An attach that rkf_multi refused.
+#[derive(Debug)]
+pub struct AttachError {
+    /// The errno.
+    pub errno: i32,
+    /// The function the refusal names, and why, if it names one.
+    pub refused: Option<(usize, Refusal)>,
+    /// What to tell the user.
+    pub message: String,
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AttachError {}
+
+/// An attached link: the program runs on its functions until this is dropped.
+pub struct Link {
+    file: File,
+    /// The link's id.
+    pub id: u64,
+    /// How long the attach ioctl took.
+    pub attach_time: std::time::Duration,
+}
+
+/// What [`Link::info()`] and [`links()`] report.
+#[derive(Clone, Debug)]
+pub struct LinkInfo {
+    /// The link's id.
+    pub id: u64,
+    /// Its program's id.
+    pub prog_id: u32,
+    /// fexit rather than fentry.
+    pub fexit: bool,
+    /// Its functions, in site order.
+    pub funcs: Vec<FuncInfo>,
+}
+
+fn open_device() -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).open(DEVICE)
+}
+
+/// Issues an rkf_multi ioctl.
+fn ioctl<T>(file: &File, req: u64, arg: &mut T) -> std::io::Result<()> {
+    // SAFETY: `arg` is the struct the request is defined with, valid for reads and writes.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), req as _, arg as *mut T) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Link {
+    /// Attaches `prog` (an rkf_multi fentry or fexit program) to `funcs`, with a cookie
+    /// for each if `cookies` is given.  All or nothing.
+    pub fn attach(
+        prog: &impl AsFd,
+        funcs: &[Func],
+        cookies: Option<&[u64]>,
+    ) -> std::result::Result<Self, AttachError> {
+        let plain = |errno: i32, what: String| AttachError {
+            errno,
+            refused: None,
+            message: what,
+        };
+        let file = open_device().map_err(|e| {
+            plain(
+                e.raw_os_error().unwrap_or(0),
+                format!("opening {DEVICE}: {e} (is rkf_multi loaded?)"),
+            )
+        })?;
+        if let Some(c) = cookies {
+            if c.len() != funcs.len() {
+                return Err(plain(libc::EINVAL, "one cookie per function".into()));
+            }
+        }
+        let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
+        let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+        let mut req = AttachC {
+            prog_fd: prog.as_fd().as_raw_fd() as u32,
+            cnt: funcs.len() as u32,
+            btf_ids: ids.as_ptr() as u64,
+            addrs: addrs.as_ptr() as u64,
+            cookies: cookies.map_or(0, |c| c.as_ptr() as u64),
+            ..AttachC::default()
+        };
+        let start = std::time::Instant::now();
+        let r = ioctl(&file, IOC_ATTACH, &mut req);
+        let attach_time = start.elapsed();
+        match r {
+            Ok(()) => {
+                let mut info = LinkInfoC::default();
+                ioctl(&file, IOC_INFO, &mut info)
+                    .map_err(|e| plain(e.raw_os_error().unwrap_or(0), format!("link info: {e}")))?;
+                Ok(Self {
+                    file,
+                    id: info.id,
+                    attach_time,
+                })
+            }
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                let refused = Refusal::from_raw(req.reason)
+                    .filter(|_| (req.bad_index as usize) < funcs.len())
+                    .map(|r| (req.bad_index as usize, r));
+                let message = match refused {
+                    Some((i, r)) => format!(
+                        "rkf_multi refused {}: {} ({e})",
+                        funcs[i].name,
+                        r.describe()
+                    ),
+                    None => format!("rkf_multi attach of {} functions: {e}", funcs.len()),
+                };
+                Err(AttachError {
+                    errno,
+                    refused,
+                    message,
+                })
+            }
+        }
+    }
+
+    /// The link as rkf_multi reports it.
+    pub fn info(&self) -> Result<LinkInfo> {
+        info_of(&self.file, 0).map(|(i, _)| i)
+    }
+}
+
+/// Reads link `id` (0: the file's own, N: the first with id N or more) and the next id.
+fn info_of(file: &File, id: u64) -> Result<(LinkInfo, u64)> {
+    let mut req = LinkInfoC {
+        id,
+        ..LinkInfoC::default()
+    };
+    ioctl(file, IOC_INFO, &mut req).context("RKF_MULTI_IOC_INFO")?;
+    let mut funcs = vec![FuncInfo::default(); req.cnt as usize];
+    // The link cannot change (a link's functions are fixed); read them all.
+    req = LinkInfoC {
+        id: req.id,
+        buf_cnt: funcs.len() as u32,
+        funcs: funcs.as_mut_ptr() as u64,
+        ..LinkInfoC::default()
+    };
+    ioctl(file, IOC_INFO, &mut req).context("RKF_MULTI_IOC_INFO")?;
+    Ok((
+        LinkInfo {
+            id: req.id,
+            prog_id: req.prog_id,
+            fexit: req.fexit != 0,
+            funcs,
+        },
+        req.next_id,
+    ))
+}
+
+/// Every link, in id order.
+pub fn links() -> Result<Vec<LinkInfo>> {
+    let file = open_device().with_context(|| format!("opening {DEVICE} (is rkf_multi loaded?)"))?;
+    let mut out = Vec::new();
+    let mut next = 1;
+    while next != 0 {
+        match info_of(&file, next) {
+            Ok((i, n)) => {
+                out.push(i);
+                next = n;
+            }
+            Err(e)
+                if e.downcast_ref::<std::io::Error>()
+                    .and_then(|e| e.raw_os_error())
+                    == Some(libc::ENOENT) =>
+            {
+                break
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Calls counted by [`funccount()`].
+#[derive(Debug)]
+pub struct FuncCount {
+    /// Functions attached.
+    pub attached: usize,
+    /// Functions left out, by reason.
+    pub skipped: BTreeMap<Skip, Vec<String>>,
+    /// How long the attach took (the ioctl).
+    pub attach_time: std::time::Duration,
+    /// (function, calls), most called first; functions not called are left out.
+    pub counts: Vec<(String, u64)>,
+}
+
+/// Counts calls to every function matching `patterns` for `duration`, through one link.
+pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<FuncCount> {
+    use libbpf_rs::{
+        skel::{OpenSkel, SkelBuilder},
+        MapCore, MapFlags,
+    };
+
+    crate::modules::require("rkf_multi")?;
+    let resolved = resolve(patterns)?;
+    let mut obj = std::mem::MaybeUninit::uninit();
+    let open = crate::skel::funccount::FunccountSkelBuilder::default()
+        .open(&mut obj)
+        .context("opening the funccount BPF object")?;
+    let skel = open
+        .load()
+        .context("loading the funccount program (needs rkf_multi, CAP_BPF and CAP_PERFMON)")?;
+    for f in &resolved.funcs {
+        skel.maps
+            .counts
+            .update(&f.addr.to_ne_bytes(), &0u64.to_ne_bytes(), MapFlags::ANY)
+            .context("filling the counts map")?;
+    }
+    let link = Link::attach(&skel.progs.funccount, &resolved.funcs, None)?;
+    let attach_time = link.attach_time;
+    std::thread::sleep(duration);
+    drop(link);
+    let mut counts = Vec::new();
+    for f in &resolved.funcs {
+        let v = skel
+            .maps
+            .counts
+            .lookup(&f.addr.to_ne_bytes(), MapFlags::ANY)?
+            .and_then(|v| v.try_into().ok().map(u64::from_ne_bytes))
+            .unwrap_or(0);
+        if v > 0 {
+            counts.push((f.name.clone(), v));
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(FuncCount {
+        attached: resolved.funcs.len(),
+        skipped: resolved.skipped,
+        attach_time,
+        counts,
+    })
+}
