@@ -232,10 +232,16 @@ unsigned long rkf_multi_site(unsigned long addr);
 bool rkf_multi_site_busy(unsigned long site);
 int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
+void rkf_multi_defer(void *garbage);
 void rkf_multi_sync(void);
+int rkf_multi_init_deferred(void);
+void rkf_multi_exit_deferred(void);
 void rkf_multi_wait_inflight(void);
 bool rkf_multi_capable(void);
 bool rkf_multi_ibt_enabled(void);
+
+/* Implemented in Rust (rust/multi.rs). */
+void rkf_multi_free_garbage(void *garbage);
 
 /* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */
 

@@ -14,7 +14,9 @@
 #include <linux/ftrace.h>
 #include <linux/kallsyms.h>
 #include <linux/rcupdate.h>
+#include <linux/slab.h>
 #include <linux/wait_bit.h>
+#include <linux/workqueue.h>
 
 #include "rkf.h"
 
@@ -94,14 +96,17 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *c
  */
 notrace u64 rkf_multi_enter(u64 *ctx, unsigned long key)
 {
+	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 	u64 fexit = 0;
 	u32 i;
 
 	rcu_read_lock_dont_migrate();
-	f = rkf_multi_lookup(rcu_dereference(rkf_multi_table), key);
+	/* Once: the function and its programs must come from the same table. */
+	t = rcu_dereference(rkf_multi_table);
+	f = rkf_multi_lookup(t, key);
 	if (f) {
-		const struct rkf_multi_prog *p = &rcu_dereference(rkf_multi_table)->progs[f->first];
+		const struct rkf_multi_prog *p = &t->progs[f->first];
 
 		ctx[-1] = f->nr_args;
 		ctx[-2] = f->addr;
@@ -125,15 +130,17 @@ notrace u64 rkf_multi_enter(u64 *ctx, unsigned long key)
  */
 notrace void rkf_multi_exit(u64 *ctx, unsigned long key)
 {
+	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 	u32 i;
 
 	/* bpf_get_func_ret() reads the slot after the last argument. */
 	ctx[ctx[-1] & 0xff] = ctx[6];
 	rcu_read_lock_dont_migrate();
-	f = rkf_multi_lookup(rcu_dereference(rkf_multi_table), key);
+	t = rcu_dereference(rkf_multi_table);
+	f = rkf_multi_lookup(t, key);
 	if (f) {
-		const struct rkf_multi_prog *p = &rcu_dereference(rkf_multi_table)->progs[f->first];
+		const struct rkf_multi_prog *p = &t->progs[f->first];
 
 		for (i = f->nr_fentry; i < f->nr_progs; i++)
 			rkf_multi_run(&p[i], ctx);
@@ -359,6 +366,65 @@ const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *ta
 void rkf_multi_sync(void)
 {
 	synchronize_rcu();
+}
+
+/* Garbage of rust/multi.rs waiting for a grace period, freed in process context. */
+struct rkf_multi_deferred {
+	struct rcu_work rwork;
+	void *garbage;
+};
+
+static struct workqueue_struct *rkf_multi_wq;
+
+static void rkf_multi_deferred_fn(struct work_struct *work)
+{
+	struct rkf_multi_deferred *d =
+		container_of(to_rcu_work(work), struct rkf_multi_deferred, rwork);
+
+	rkf_multi_free_garbage(d->garbage);
+	kfree(d);
+}
+
+/**
+ * rkf_multi_defer() - free garbage after a grace period, without waiting for it
+ * @garbage: for rkf_multi_free_garbage()
+ *
+ * Once no cpu can read a table published before, a worker frees @garbage: the old table
+ * and a detached link, whose program reference must be dropped in process context.
+ * Without memory for that, waits for the grace period here instead.
+ */
+void rkf_multi_defer(void *garbage)
+{
+	struct rkf_multi_deferred *d = kmalloc(sizeof(*d), GFP_KERNEL);
+
+	if (!d) {
+		synchronize_rcu();
+		rkf_multi_free_garbage(garbage);
+		return;
+	}
+	d->garbage = garbage;
+	INIT_RCU_WORK(&d->rwork, rkf_multi_deferred_fn);
+	queue_rcu_work(rkf_multi_wq, &d->rwork);
+}
+
+/**
+ * rkf_multi_init_deferred() - set up the workqueue of rkf_multi_defer()
+ *
+ * Return: 0 or -ENOMEM.
+ */
+int rkf_multi_init_deferred(void)
+{
+	rkf_multi_wq = alloc_workqueue("rkf_multi", WQ_UNBOUND, 0);
+	return rkf_multi_wq ? 0 : -ENOMEM;
+}
+
+/** rkf_multi_exit_deferred() - free all deferred garbage, at module exit */
+void rkf_multi_exit_deferred(void)
+{
+	/* Every queue_rcu_work() has its call_rcu() done after this... */
+	rcu_barrier();
+	/* ...and its work queued; drain_workqueue() waits for it. */
+	destroy_workqueue(rkf_multi_wq);
 }
 
 /**

@@ -34,7 +34,7 @@ const MCOUNT_INSN_SIZE: u64 = 5;
 
 // The items of c-shim/rkf.h for rkf_multi, and the exports of the rkf export patch.
 mod shim {
-    use kernel::ffi::{c_char, c_int};
+    use kernel::ffi::{c_char, c_int, c_void};
 
     /// `struct bpf_prog`, opaque.
     #[repr(C)]
@@ -137,7 +137,10 @@ mod shim {
         pub(super) fn rkf_multi_site_busy(site: usize) -> bool;
         pub(super) fn rkf_multi_ftrace_update(sites: *const usize, n: u32, add: bool) -> c_int;
         pub(super) fn rkf_multi_publish(table: *const TableC) -> *const TableC;
+        pub(super) fn rkf_multi_defer(garbage: *mut c_void);
         pub(super) fn rkf_multi_sync();
+        pub(super) fn rkf_multi_init_deferred() -> c_int;
+        pub(super) fn rkf_multi_exit_deferred();
         pub(super) fn rkf_multi_wait_inflight();
         pub(super) fn rkf_multi_capable() -> bool;
         pub(super) fn rkf_multi_ibt_enabled() -> bool;
@@ -261,6 +264,8 @@ pub(crate) unsafe fn init() -> Result {
         pr_err!("IBT is enabled: the trampoline's fexit call would fault; boot with ibt=off or build without CONFIG_X86_KERNEL_IBT\n");
         return Err(ENODEV);
     }
+    // SAFETY: no preconditions.
+    kernel::error::to_result(unsafe { shim::rkf_multi_init_deferred() })?;
     // SAFETY: called once, before first use (this function's contract).
     unsafe { LINKS.init() };
     Ok(())
@@ -277,6 +282,8 @@ pub(crate) fn exit() {
     let table = reg.table.take();
     drop(reg);
     drop((links, table));
+    // SAFETY: no more garbage can be queued: nothing attaches or detaches any more.
+    unsafe { shim::rkf_multi_exit_deferred() };
 }
 
 /// A refusal of one function of a request.
@@ -320,10 +327,8 @@ fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVec
     let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
     for chunk in raw.chunks_exact(size_of::<T>()) {
         // SAFETY: `chunk` holds `size_of::<T>()` bytes and `T` is valid for any bits.
-        out.push(
-            unsafe { ptr::read_unaligned(chunk.as_ptr().cast::<T>()) },
-            GFP_KERNEL,
-        )?;
+        let v = unsafe { ptr::read_unaligned(chunk.as_ptr().cast::<T>()) };
+        out.push(v, GFP_KERNEL)?;
     }
     Ok(out)
 }
@@ -450,9 +455,27 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
     }))
 }
 
-/// Makes `new` the table the trampoline reads, and frees the old one once no cpu can
-/// read it any more.
-fn publish(reg: &mut Registry, new: Option<Published>) {
+/// What a publication replaced: freed once no cpu can read the old table.
+struct Garbage {
+    _table: Option<Published>,
+    _link: Option<Link>,
+}
+
+/// Frees garbage handed to `rkf_multi_defer()`, after a grace period, in a worker.
+///
+/// # Safety
+///
+/// `garbage` comes from `KBox::into_raw()` in [`publish()`], and is freed once.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn rkf_multi_free_garbage(garbage: *mut c_void) {
+    // SAFETY: by the function's contract.
+    drop(unsafe { KBox::from_raw(garbage.cast::<Garbage>()) });
+}
+
+/// Makes `new` the table the trampoline reads.  The old table, and `gone` (a detached
+/// link, which the old table may name), are freed after a grace period, without
+/// waiting for it here.
+fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
     let raw = new
         .as_ref()
         .map_or(ptr::null(), |p| ptr::from_ref::<TableC>(&p.table));
@@ -460,11 +483,26 @@ fn publish(reg: &mut Registry, new: Option<Published>) {
     // publication; publications are serialised by the registry lock.
     unsafe { shim::rkf_multi_publish(raw) };
     let old = core::mem::replace(&mut reg.table, new);
-    if old.is_some() {
-        // SAFETY: no preconditions.
-        unsafe { shim::rkf_multi_sync() };
+    if old.is_none() && gone.is_none() {
+        return;
     }
-    drop(old);
+    let garbage = Garbage {
+        _table: old,
+        _link: gone,
+    };
+    match KBox::<Garbage>::new_uninit(GFP_KERNEL) {
+        Ok(b) => {
+            let b = KBox::write(b, garbage);
+            // SAFETY: a box for rkf_multi_free_garbage(), handed over once.
+            unsafe { shim::rkf_multi_defer(KBox::into_raw(b).cast()) };
+        }
+        Err(_) => {
+            // No memory to defer: wait for the grace period here.
+            // SAFETY: no preconditions.
+            unsafe { shim::rkf_multi_sync() };
+            drop(garbage);
+        }
+    }
 }
 
 /// The sites of `links` other than `skip`, each sorted: for [`core_rules::transitions`].
@@ -600,7 +638,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         return Err(if e == EINVAL { EBUSY } else { e }.into());
     }
     reg.next_id += 1;
-    publish(&mut reg, table);
+    publish(&mut reg, table, None);
     Ok(id)
 }
 
@@ -642,8 +680,9 @@ fn detach(id: u64) {
             return;
         }
     };
-    // Publish first: once no table names them, the unhooked sites find nothing.
-    publish(&mut reg, table);
+    // Publish first: once no table names them, the unhooked sites find nothing.  The
+    // link (its program and counters) goes with the old table, after a grace period.
+    publish(&mut reg, table, Some(link));
     if let Err(e) = ftrace_update(&gone.0[..gone.1], false) {
         pr_err!(
             "unhooking {} functions of link {}: {:?}; they stay hooked, running no program\n",
@@ -652,9 +691,6 @@ fn detach(id: u64) {
             e
         );
     }
-    // publish() waited for the readers of the old table: the program and the counters
-    // can go.
-    drop(link);
 }
 
 /// Fills `info` for link `info.id` (or `own`, this file's link, if it is 0).

@@ -40,6 +40,14 @@ pub const TESTS: &[Test] = &[
         name: "stack_module_reload_cycles",
         run: stack_reload_cycles,
     },
+    Test {
+        name: "multi_module_pinned_by_link",
+        run: multi_pinned_by_link,
+    },
+    Test {
+        name: "multi_rmmod_with_fexit_in_flight",
+        run: multi_rmmod_in_flight,
+    },
 ];
 
 const STACK: &str = "rkf_stack";
@@ -186,4 +194,105 @@ fn other_kernel_refused() -> Result<()> {
         "a module built for another kernel",
         &["version magic", "struct module size"],
     )
+}
+
+const MULTI: &str = "rkf_multi";
+
+/// A link pins rkf_multi (through its program); after close the module unloads and
+/// reloads, and works.
+fn multi_pinned_by_link() -> Result<()> {
+    rkf::modules::require(MULTI)?;
+    let ko = moddir()?.join(format!("{MULTI}.ko"));
+    {
+        let mut obj = MaybeUninit::uninit();
+        let (skel, funcs) = crate::multi::load_for_lifecycle(&mut obj)?;
+        let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let err = rmmod(MULTI)
+            .err()
+            .context("rmmod succeeded while a link exists")?;
+        diag!("rmmod {MULTI} with a link: {err}");
+        check_eq!(
+            err.raw_os_error(),
+            Some(libc::EAGAIN),
+            "rmmod errno while linked"
+        );
+    }
+    rmmod_wait(MULTI, Duration::from_secs(20))?;
+    insmod(&ko).context("insmod rkf_multi again")?;
+    crate::multi::smoke().context("rkf_multi after reload")
+}
+
+/// rmmod right after heavy fexit traffic, with a task asleep inside a traced function
+/// (its fexit frame in flight): the unload waits for the task to come back through the
+/// trampoline, which then runs no program, and nothing breaks.
+fn multi_rmmod_in_flight() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+
+    rkf::modules::require(MULTI)?;
+    let ko = moddir()?.join(format!("{MULTI}.ko"));
+    let sleeper = {
+        let mut obj = MaybeUninit::uninit();
+        let (skel, funcs) = crate::multi::load_for_lifecycle(&mut obj)?;
+        let sleep = rkf::multi::resolve(&["hrtimer_nanosleep"])?.funcs;
+        let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let _sleep = rkf::multi::Link::attach(&skel.progs.count_fexit3, &sleep, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Enters hrtimer_nanosleep() through the trampoline, fexit pending, for 3 s.
+        let sleeper = std::thread::spawn(|| {
+            let ts = libc::timespec {
+                tv_sec: 3,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid timespec.
+            let r = unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            (r, Instant::now())
+        });
+        let stop = AtomicBool::new(false);
+        let fd =
+            std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&skel.progs.plain_fentry));
+        std::thread::scope(|s| -> Result<()> {
+            let t: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| -> Result<u64> {
+                        let mut n = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            crate::multi::test_run_fd(fd)?;
+                            n += 1;
+                        }
+                        Ok(n)
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(1000));
+            stop.store(true, Ordering::Relaxed);
+            for t in t {
+                let n = t.join().expect("traffic thread panicked")?;
+                diag!("fexit traffic: {n} runs of 9 functions");
+            }
+            Ok(())
+        })?;
+        sleeper
+    };
+    // Links closed, programs released, the sleeper still inside hrtimer_nanosleep().
+    check!(
+        !sleeper.is_finished(),
+        "the sleeper came back before the links were closed"
+    );
+    rmmod_wait(MULTI, Duration::from_secs(20))?;
+    let unloaded = Instant::now();
+    let (r, woke) = sleeper.join().expect("the sleeper panicked");
+    diag!(
+        "rkf_multi unloaded {:?} after the sleeper came back through the trampoline",
+        unloaded.saturating_duration_since(woke)
+    );
+    check_eq!(r, 0, "nanosleep() through the trampoline returned");
+    check!(
+        unloaded >= woke,
+        "rmmod finished before the in-flight fexit frame returned"
+    );
+    insmod(&ko).context("insmod rkf_multi again")?;
+    crate::multi::smoke().context("rkf_multi after reload")
 }

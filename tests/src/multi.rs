@@ -57,6 +57,14 @@ pub const TESTS: &[Test] = &[
         name: "multi_coexistence_with_bpf_trampolines",
         run: coexistence,
     },
+    Test {
+        name: "multi_exact_counts_under_attach_storm",
+        run: storm,
+    },
+    Test {
+        name: "multi_unprivileged_eperm",
+        run: unprivileged,
+    },
 ];
 
 /// (arguments, return value) of bpf_fentry_testN(), as bpf_prog_test_run_tracing() calls
@@ -513,6 +521,208 @@ fn coexistence() -> Result<()> {
         bss.counts[0][..3],
         [1, 1, 1],
         "rkf_multi counts after the refused in-kernel attach"
+    );
+    Ok(())
+}
+
+/// BPF_PROG_TEST_RUN by fd, for threads.
+pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
+    // SAFETY: a zeroed opts with its size set is a valid empty request.
+    let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    // SAFETY: `fd` is a program fd kept open by the caller; `opts` is valid.
+    let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+    if r != 0 {
+        bail!(
+            "BPF_PROG_TEST_RUN: {}",
+            std::io::Error::from_raw_os_error(-r)
+        );
+    }
+    Ok(())
+}
+
+/// Permanent fentry and fexit links on five functions count exactly the calls both vCPUs
+/// make, while another thread attaches and detaches 10,000 overlapping links (fentry and
+/// fexit, one in a hundred also hooking and unhooking functions in ftrace).
+fn storm() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const CYCLES: usize = 10_000;
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    reset(&mut skel)?;
+    let permanent = &funcs[..5];
+    let _fentry = attach(&skel.progs.count_fentry0, permanent, None)?;
+    let _fexit = attach(&skel.progs.count_fexit3, permanent, None)?;
+    let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
+    let churn = [
+        skel.progs.count_fentry1.as_fd(),
+        skel.progs.count_fexit2.as_fd(),
+    ];
+    let runs = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = std::time::Instant::now();
+    let churned = std::thread::scope(|s| -> Result<usize> {
+        let callers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    while !done.load(Ordering::Relaxed) {
+                        test_run_fd(trigger_fd)?;
+                        runs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let result = (|| -> Result<usize> {
+            let mut x: u32 = 0x2545_f491;
+            for cycle in 0..CYCLES {
+                // xorshift: a reproducible sequence of overlapping subsets.
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                // Mostly the permanent functions (no ftrace update); every hundredth
+                // cycle also the others, which ftrace then hooks and unhooks.
+                let span = if cycle % 100 == 0 {
+                    funcs.len()
+                } else {
+                    permanent.len()
+                };
+                let chosen: Vec<Func> = funcs[..span]
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| x & (1 << i) != 0)
+                    .map(|(_, f)| f.clone())
+                    .collect();
+                if chosen.is_empty() {
+                    continue;
+                }
+                let link = attach(&churn[cycle % 2], &chosen, None)?;
+                drop(link);
+            }
+            Ok(CYCLES)
+        })();
+        done.store(true, Ordering::Relaxed);
+        for c in callers {
+            c.join().expect("a caller thread panicked")?;
+        }
+        result
+    })?;
+    let runs = runs.load(Ordering::Relaxed);
+    diag!(
+        "{churned} attach/detach cycles in {:.1} s while 2 threads made {runs} runs of the 9 functions",
+        start.elapsed().as_secs_f64()
+    );
+    check!(runs > 0, "the callers made no call");
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    for (i, f) in permanent.iter().enumerate() {
+        check_eq!(
+            bss.counts[0][i],
+            runs,
+            "permanent fentry link on {}: hits",
+            f.name
+        );
+        check_eq!(
+            bss.counts[4 + 3][i],
+            runs,
+            "permanent fexit link on {}: hits",
+            f.name
+        );
+    }
+    Ok(())
+}
+
+/// Without CAP_BPF and CAP_PERFMON every rkf_multi request gives EPERM, even on a file
+/// opened while privileged.
+fn unprivileged() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = load(&mut obj, &funcs)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(multi::DEVICE)?;
+    // SAFETY: fork() in a test process; the child only makes raw syscalls and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // Drop every capability of this process, then try.
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        let mut hdr = Header {
+            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+            pid: 0,
+        };
+        let data = [0u32; 6];
+        // SAFETY: capset with a valid header and two zeroed data structs.
+        let dropped = unsafe { libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) } == 0;
+        let e = Link::attach(&skel.progs.count_fentry0, &funcs[..1], None).err();
+        let attach_eperm = e.is_some_and(|e| e.errno == libc::EPERM);
+        // The info request on the privileged file, too.
+        let mut info = [0u64; 5];
+        // SAFETY: an ioctl on a file this process owns, with a buffer of the right size.
+        let r = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                ((3u64 << 30) | (40 << 16) | ((b'r' as u64) << 8) | 2) as _,
+                info.as_mut_ptr(),
+            )
+        };
+        let info_eperm =
+            r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe {
+            libc::_exit(if !dropped {
+                3
+            } else if !attach_eperm {
+                4
+            } else if !info_eperm {
+                5
+            } else {
+                0
+            })
+        };
+    }
+    check!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let code = libc::WEXITSTATUS(status);
+    check!(code != 3, "capset failed in the child");
+    check!(code != 4, "attach without capabilities did not give EPERM");
+    check!(
+        code != 5,
+        "the info ioctl without capabilities did not give EPERM"
+    );
+    check_eq!(code, 0, "child exit status");
+    Ok(())
+}
+
+/// The skeleton with bpf_fentry_test1..9 in its table, for the lifecycle tests.
+pub(crate) fn load_for_lifecycle(
+    obj: &mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(MultiSkel<'_>, Vec<Func>)> {
+    let funcs = targets()?;
+    Ok((load(obj, &funcs)?, funcs))
+}
+
+/// One link, one run: for the tests that reload the module.
+pub(crate) fn smoke() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let _l = attach(&skel.progs.count_fentry0, &funcs, None)?;
+    reset(&mut skel)?;
+    trigger(&skel)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check!(
+        bss.counts[0][..funcs.len()].iter().all(|&c| c == 1),
+        "one hit per function: {:?}",
+        &bss.counts[0][..funcs.len()]
     );
     Ok(())
 }
