@@ -46,6 +46,7 @@ static const struct rkf_multi_table __rcu *rkf_multi_table;
 
 /* fexit calls in flight: the trampoline's frame is on some stack until they return. */
 static atomic_long_t rkf_multi_inflight = ATOMIC_LONG_INIT(0);
+static bool rkf_multi_exiting;
 
 static __always_inline const struct rkf_multi_func *
 rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long key)
@@ -146,7 +147,11 @@ notrace void rkf_multi_exit(u64 *ctx, unsigned long key)
 			rkf_multi_run(&p[i], ctx);
 	}
 	rcu_read_unlock_migrate();
-	if (atomic_long_dec_and_test(&rkf_multi_inflight))
+	/*
+	 * Only the module exit waits, and then nothing is traced any more: wake_up_var()
+	 * calls functions a link could trace, which would recurse through here.
+	 */
+	if (atomic_long_dec_and_test(&rkf_multi_inflight) && READ_ONCE(rkf_multi_exiting))
 		wake_up_var(&rkf_multi_inflight);
 }
 
@@ -436,6 +441,9 @@ void rkf_multi_exit_deferred(void)
  */
 void rkf_multi_wait_inflight(void)
 {
+	WRITE_ONCE(rkf_multi_exiting, true);
+	/* Orders the flag before the count read by wait_var_event(). */
+	smp_mb();
 	synchronize_rcu_tasks();
 	wait_var_event(&rkf_multi_inflight, !atomic_long_read(&rkf_multi_inflight));
 }

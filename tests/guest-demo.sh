@@ -6,7 +6,7 @@ set -eu
 : "${RKF_MODDIR:?}" "${RKF_ROOT:?}" "${RKF_OUT:?}"
 rkf=$RKF_ROOT/target/release/rkf
 
-for m in rkf_percpu rkf_stack; do
+for m in rkf_percpu rkf_stack rkf_multi; do
 	insmod "$RKF_MODDIR/$m.ko"
 done
 echo "\$ lsmod"
@@ -32,6 +32,17 @@ wait "$load" 2>/dev/null || true
 echo
 echo "the hottest stacks (samples, then comm;user frames;kernel frames, outermost first):"
 awk '{ n = $NF; $NF = ""; print n, $0 }' profile.folded | sort -nr | head -5 | cut -c1-240
-for m in rkf_percpu rkf_stack; do
+# rkf funccount: one rkf_multi link on every vfs_ function, while dd and ls run;
+# rkf links shows the link while it counts.
+dd if=/dev/zero of=/dev/null bs=4k count=100000 2>/dev/null &
+load=$!
+(sleep 1.5; echo; echo "\$ rkf links"; "$rkf" links) &
+lister=$!
+run funccount 'vfs_*' -d 3 -n 10
+wait "$lister" || true
+kill "$load" 2>/dev/null || true
+wait "$load" 2>/dev/null || true
+
+for m in rkf_percpu rkf_stack rkf_multi; do
 	rmmod "$m"
 done

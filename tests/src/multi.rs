@@ -65,6 +65,10 @@ pub const TESTS: &[Test] = &[
         name: "multi_unprivileged_eperm",
         run: unprivileged,
     },
+    Test {
+        name: "multi_funccount_glob",
+        run: funccount_glob,
+    },
 ];
 
 /// (arguments, return value) of bpf_fentry_testN(), as bpf_prog_test_run_tracing() calls
@@ -319,16 +323,16 @@ fn intersect() -> Result<()> {
             }
             trigger(&skel)?;
             let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
-            for k in 0..4 {
+            for (k, set) in sets.iter().enumerate() {
                 // count_fentry0/1 count in rows 0/1, count_fexit2/3 in rows 4 + 2/3.
                 let row = if k < 2 { k } else { 4 + k };
-                for i in 0..funcs.len() {
-                    let want = u64::from(combo & (1 << k) != 0 && sets[k] & (1 << i) != 0);
+                for (i, f) in funcs.iter().enumerate() {
+                    let want = u64::from(combo & (1 << k) != 0 && set & (1 << i) != 0);
                     check_eq!(
                         bss.counts[row][i],
                         want,
                         "links {order:?}: link {k} on {}",
-                        funcs[i].name
+                        f.name
                     );
                 }
             }
@@ -394,7 +398,9 @@ fn refusals() -> Result<()> {
     not_func.name = "btf id 1".into();
     let notrace = notrace_function(&funcs)?;
     diag!("notrace function for the test: {}", notrace.name);
-    let cases: Vec<(&str, Vec<Func>, i32, Option<(usize, Refusal)>)> = vec![
+    // (what, the functions, errno, the function refused and why)
+    type Case<'a> = (&'a str, Vec<Func>, i32, Option<(usize, Refusal)>);
+    let cases: Vec<Case<'_>> = vec![
         (
             "duplicate",
             with(5, funcs[2].clone()),
@@ -464,12 +470,12 @@ fn refusals() -> Result<()> {
     reset(&mut skel)?;
     trigger(&skel)?;
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
-    for i in 0..10 {
+    for (i, f) in funcs.iter().enumerate() {
         check_eq!(
             bss.counts[0][i],
             u64::from(i < 5),
             "after the refusals: {}",
-            funcs[i].name
+            f.name
         );
     }
     Ok(())
@@ -723,6 +729,61 @@ pub(crate) fn smoke() -> Result<()> {
         bss.counts[0][..funcs.len()].iter().all(|&c| c == 1),
         "one hit per function: {:?}",
         &bss.counts[0][..funcs.len()]
+    );
+    Ok(())
+}
+
+/// `rkf funccount vfs_*`, through the library: one link on every vfs_ function that can
+/// be traced, the others left out with a reason; reads of a file while it counts show up
+/// as vfs_read calls.
+fn funccount_glob() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    modules::require("rkf_multi")?;
+    let stop = AtomicBool::new(false);
+    let (c, reads) = std::thread::scope(|s| -> Result<_> {
+        let reader = s.spawn(|| -> Result<u64> {
+            let mut n = 0;
+            let mut buf = [0u8; 64];
+            while !stop.load(Ordering::Relaxed) {
+                use std::io::Read;
+                let _ = std::fs::File::open("/proc/self/stat")?.read(&mut buf)?;
+                n += 1;
+            }
+            Ok(n)
+        });
+        let c = multi::funccount(&["vfs_*"], std::time::Duration::from_secs(2));
+        stop.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("reader panicked")?;
+        Ok((c?, reads))
+    })?;
+    let skipped: usize = c.skipped.values().map(Vec::len).sum();
+    diag!(
+        "vfs_*: {} attached in {:?}, {skipped} left out; {reads} reads; top: {:?}",
+        c.attached,
+        c.attach_time,
+        &c.counts[..c.counts.len().min(5)]
+    );
+    for (why, names) in &c.skipped {
+        diag!("left out {}: {why} (e.g. {})", names.len(), names[0]);
+    }
+    check!(
+        c.attached > 10,
+        "only {} vfs_ functions attached",
+        c.attached
+    );
+    let vfs_read = c
+        .counts
+        .iter()
+        .find(|(n, _)| n == "vfs_read")
+        .map_or(0, |x| x.1);
+    check!(
+        vfs_read > 0,
+        "no vfs_read call counted during {reads} reads"
+    );
+    check!(
+        multi::links()?.is_empty(),
+        "a link is left after funccount returned"
     );
     Ok(())
 }
