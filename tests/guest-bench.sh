@@ -6,7 +6,7 @@
 # guest can write only there; `make bench` copies it to build/bench.md).
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
-modules=(rkf_stack rkf_testmod)
+modules=(rkf_stack rkf_multi rkf_testmod)
 
 for m in "${modules[@]}"; do
 	if ! insmod "$RKF_MODDIR/$m.ko"; then

@@ -21,6 +21,9 @@ mod skel {
     pub mod bench_stack {
         include!(concat!(env!("OUT_DIR"), "/bench_stack.skel.rs"));
     }
+    pub mod bench_multi {
+        include!(concat!(env!("OUT_DIR"), "/bench_multi.skel.rs"));
+    }
 }
 
 use skel::bench_stack::{BenchStackSkel, BenchStackSkelBuilder};
@@ -226,5 +229,298 @@ fn stack_bench(rounds: usize) -> Result<()> {
 fn main() -> Result<()> {
     let args = Args::parse();
     ensure!(args.rounds > 0, "--rounds must be at least 1");
-    stack_bench(args.rounds)
+    stack_bench(args.rounds)?;
+    println!();
+    multi::bench()
+}
+
+/// rkf_multi against the kernel's ways of putting one program on many functions.
+mod multi {
+    use std::{
+        mem::MaybeUninit,
+        os::fd::{AsRawFd, FromRawFd, OwnedFd},
+        time::{Duration, Instant},
+    };
+
+    use anyhow::{bail, Context, Result};
+    use libbpf_rs::{
+        libbpf_sys as sys,
+        skel::{OpenSkel, SkelBuilder},
+    };
+    use rkf::multi::{self, Func, Link};
+
+    use crate::skel::bench_multi::BenchMultiSkelBuilder;
+
+    /// `BPF_TRACE_FENTRY_MULTI` (include/uapi/linux/bpf.h).
+    const TRACE_FENTRY_MULTI: u32 = 59;
+    /// `BPF_LINK_CREATE`.
+    const LINK_CREATE: i64 = 28;
+    /// getpgid() calls per per-call case.
+    const CALLS: u64 = 20_000;
+
+    /// An empty program (`r0 = 0; exit`) of type TRACING for `attach_type`, loaded against
+    /// vmlinux BTF id `btf_id` (0 for the multi attach types).
+    fn empty_tracing_prog(attach_type: u32, btf_id: u32) -> Result<OwnedFd> {
+        // SAFETY: all-zero instructions and options are valid starting points.
+        let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
+        insns[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
+        insns[1].code = 0x95; // BPF_JMP | BPF_EXIT
+                              // SAFETY: as above.
+        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
+        opts.expected_attach_type = attach_type;
+        opts.attach_btf_id = btf_id;
+        // SAFETY: valid instructions, license and options for the duration of the call.
+        let fd = unsafe {
+            sys::bpf_prog_load(
+                sys::BPF_PROG_TYPE_TRACING,
+                std::ptr::null(),
+                c"GPL".as_ptr(),
+                insns.as_ptr(),
+                2,
+                &mut opts,
+            )
+        };
+        if fd < 0 {
+            bail!(
+                "loading an empty tracing program (attach type {attach_type}, btf id {btf_id}): {}",
+                std::io::Error::from_raw_os_error(-fd)
+            );
+        }
+        // SAFETY: a new fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// A BPF_LINK_CREATE of prog `fd` with no options: attaches a fentry program.
+    fn link_create(fd: &OwnedFd, attach_type: u32) -> Result<OwnedFd> {
+        // SAFETY: a program fd; NULL options.
+        let r = unsafe { sys::bpf_link_create(fd.as_raw_fd(), 0, attach_type, std::ptr::null()) };
+        if r < 0 {
+            bail!("BPF_LINK_CREATE: {}", std::io::Error::from_raw_os_error(-r));
+        }
+        // SAFETY: a new fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(r) })
+    }
+
+    /// The kernel's tracing_multi link: libbpf 1.7 (libbpf-rs 0.27) has no API for it, so
+    /// a raw BPF_LINK_CREATE (`link_create.tracing_multi` of include/uapi/linux/bpf.h).
+    fn tracing_multi_link(prog: &OwnedFd, ids: &[u32]) -> Result<OwnedFd> {
+        #[repr(C)]
+        struct Attr {
+            prog_fd: u32,
+            target_fd: u32,
+            attach_type: u32,
+            flags: u32,
+            ids: u64,
+            cookies: u64,
+            cnt: u32,
+            pad: [u32; 7],
+        }
+        let attr = Attr {
+            prog_fd: prog.as_raw_fd() as u32,
+            target_fd: 0,
+            attach_type: TRACE_FENTRY_MULTI,
+            flags: 0,
+            ids: ids.as_ptr() as u64,
+            cookies: 0,
+            cnt: ids.len() as u32,
+            pad: [0; 7],
+        };
+        // SAFETY: a valid attr of the size given.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                LINK_CREATE,
+                &attr,
+                std::mem::size_of::<Attr>(),
+            )
+        };
+        if r < 0 {
+            bail!(
+                "BPF_LINK_CREATE (tracing_multi): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: a new fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    }
+
+    fn kb_free() -> u64 {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("MemFree:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Attach time, detach time and memory per function of one method on `funcs`.
+    struct Cost {
+        attach: Duration,
+        detach: Duration,
+        bytes_per_func: i64,
+    }
+
+    fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
+        let free0 = kb_free();
+        let t0 = Instant::now();
+        let held = attach()?;
+        let attach = t0.elapsed();
+        let free1 = kb_free();
+        let t1 = Instant::now();
+        drop(held);
+        let detach = t1.elapsed();
+        Ok(Cost {
+            attach,
+            detach,
+            bytes_per_func: (free0 as i64 - free1 as i64) * 1024 / n as i64,
+        })
+    }
+
+    fn getpgid_loop() -> Duration {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            // SAFETY: a plain syscall.
+            unsafe { libc::syscall(libc::SYS_getpgid, 0) };
+        }
+        t.elapsed()
+    }
+
+    pub(super) fn bench() -> Result<()> {
+        rkf::modules::require("rkf_multi")?;
+        // 1,000 single fentry links are 2,000 fds (programs and links).
+        let lim = libc::rlimit {
+            rlim_cur: 8192,
+            rlim_max: 8192,
+        };
+        // SAFETY: a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            bail!("setrlimit(RLIMIT_NOFILE, 8192): {}", std::io::Error::last_os_error());
+        }
+        let mut obj = MaybeUninit::uninit();
+        let skel = BenchMultiSkelBuilder::default()
+            .open(&mut obj)?
+            .load()
+            .context("loading bench_multi.bpf.c")?;
+
+        // Every function both rkf and the kernel's links can take.
+        let pool = multi::resolve(&["*"])?;
+        let funcs: Vec<Func> = pool.funcs;
+        println!(
+            "rkf_multi: attach and detach, against the kernel's ways (same boot, -icount shift=0)"
+        );
+        println!(
+            "({} vmlinux functions can be attached; {} left out)",
+            funcs.len(),
+            pool.skipped.values().map(Vec::len).sum::<usize>()
+        );
+        println!();
+        println!(
+            "| functions | method | attach (ms) | detach (ms) | memory per function (bytes) |"
+        );
+        println!(
+            "|----------:|--------|------------:|------------:|----------------------------:|"
+        );
+        for n in [100usize, 1000, 10_000] {
+            if n > funcs.len() {
+                println!("| {n} | (only {} functions available) | | | |", funcs.len());
+                continue;
+            }
+            let set = &funcs[..n];
+            let row = |name: &str, c: Result<Cost>| match c {
+                Ok(c) => println!(
+                    "| {n} | {name} | {:.1} | {:.1} | {} |",
+                    c.attach.as_secs_f64() * 1e3,
+                    c.detach.as_secs_f64() * 1e3,
+                    c.bytes_per_func
+                ),
+                Err(e) => println!("| {n} | {name} | failed: {e:#} | | |"),
+            };
+            row(
+                "rkf_multi",
+                measure(n, || {
+                    Link::attach(&skel.progs.rkf_fentry, set, None)
+                        .map_err(|e| anyhow::anyhow!("{e}"))
+                }),
+            );
+            let ids: Vec<u32> = set.iter().map(|f| f.btf_id).collect();
+            row(
+                "tracing_multi",
+                empty_tracing_prog(TRACE_FENTRY_MULTI, 0)
+                    .and_then(|p| measure(n, || tracing_multi_link(&p, &ids))),
+            );
+            let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
+            row(
+                "kprobe_multi",
+                measure(n, || {
+                    Ok(skel
+                        .progs
+                        .kprobe_multi
+                        .attach_kprobe_multi(false, syms.clone())?)
+                }),
+            );
+            if n <= 1000 {
+                // One program per function, loaded beforehand: only the links are timed.
+                let progs = set
+                    .iter()
+                    .map(|f| empty_tracing_prog(sys::BPF_TRACE_FENTRY, f.btf_id))
+                    .collect::<Result<Vec<_>>>();
+                row(
+                    "single fentry links",
+                    progs.and_then(|progs| {
+                        measure(n, || {
+                            progs
+                                .iter()
+                                .map(|p| link_create(p, sys::BPF_TRACE_FENTRY))
+                                .collect::<Result<Vec<_>>>()
+                        })
+                    }),
+                );
+            }
+        }
+
+        println!();
+        println!(
+            "Per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):"
+        );
+        println!();
+        let base = getpgid_loop();
+        let per = |d: Duration| (d.as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64;
+        let target = multi::resolve(&["__x64_sys_getpgid"])?.funcs;
+        let single = {
+            let _l = skel.progs.single_fentry.attach().context("single fentry")?;
+            per(getpgid_loop())
+        };
+        let mut rows: Vec<(&str, f64)> = vec![("single fentry", single)];
+        {
+            let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            rows.push(("rkf_multi fentry", per(getpgid_loop())));
+        }
+        {
+            let _l = Link::attach(&skel.progs.rkf_fexit, &target, None)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            rows.push(("rkf_multi fexit", per(getpgid_loop())));
+        }
+        {
+            let p = empty_tracing_prog(TRACE_FENTRY_MULTI, 0)?;
+            let _l = tracing_multi_link(&p, &[target[0].btf_id])?;
+            rows.push(("tracing_multi", per(getpgid_loop())));
+        }
+        {
+            let _l = skel
+                .progs
+                .kprobe_multi
+                .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
+            rows.push(("kprobe_multi", per(getpgid_loop())));
+        }
+        println!("| method | overhead per call (ns) | vs single fentry |");
+        println!("|--------|-----------------------:|-----------------:|");
+        for (name, ns) in &rows {
+            println!("| {name} | {ns:.0} | {:.2}x |", ns / single);
+        }
+        Ok(())
+    }
 }
