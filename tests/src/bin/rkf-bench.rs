@@ -397,7 +397,10 @@ mod multi {
         };
         // SAFETY: a valid rlimit.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            bail!("setrlimit(RLIMIT_NOFILE, 8192): {}", std::io::Error::last_os_error());
+            bail!(
+                "setrlimit(RLIMIT_NOFILE, 8192): {}",
+                std::io::Error::last_os_error()
+            );
         }
         let mut obj = MaybeUninit::uninit();
         let skel = BenchMultiSkelBuilder::default()
