@@ -12,6 +12,7 @@
 #   make lint       rustfmt, cargo fmt, checkpatch
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make bench      the benchmarks in a VM on the bench kernel (-icount), into build/bench.md
+#   make dkms-check  package with the real dkms, load what it installed in a VM, smoke-test
 #   make clean
 
 SHELL := /bin/bash
@@ -27,12 +28,12 @@ export RKF_WERROR
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
-	host-test lint vm-test bench check run clean help
+	host-test lint vm-test bench dkms-check check run clean help
 
 all: modules user
 
 help:
-	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,17p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
@@ -84,7 +85,10 @@ bench: modules-bench user
 	scripts/vm.sh bench --bench -- tests/guest-bench.sh
 	@cp build/vm/last/bench.md build/bench.md && echo "results in build/bench.md"
 
-check: deps lint host-test vm-test run bench
+dkms-check: modules-test user
+	scripts/dkms-check.sh
+
+check: deps lint host-test vm-test dkms-check run bench
 
 run: modules-bench user
 	scripts/vm.sh bench -- tests/guest-demo.sh

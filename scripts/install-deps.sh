@@ -38,7 +38,7 @@ fi
 
 pkgs=(clang-19 lld-19 llvm-19 libclang-19-dev dwarves bc flex bison libelf-dev
       libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-venv
-      busybox-static make git file elfutils)
+      busybox-static make git file elfutils dkms)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

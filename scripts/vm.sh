@@ -89,7 +89,7 @@ foreign=
 if okdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$other" 2>/dev/null); then
 	foreign="RKF_FOREIGN_MODDIR=$RKF_ROOT/build/$(basename "$okdir")"
 fi
-guest_cmd="$foreign RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
+guest_cmd="$foreign ${RKF_DKMS_MODDIR:+RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR} RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
 RKF_KSRC_PKG=$RKF_KSRC_PKG RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version) \
 $RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
 

@@ -63,20 +63,29 @@ static __always_inline void record(struct rec *r, void *ctx, __u64 *a)
 	}
 }
 
+/* The record of the function hit, or NULL (counted in unknown_ip). */
+static __always_inline struct rec *rec_of(struct rec *recs, void *ctx)
+{
+	int s;
+
+	if (!wanted())
+		return NULL;
+	s = slot_of(bpf_get_func_ip(ctx));
+	if (s < 0 || s >= MAX_FUNCS) {
+		unknown_ip = bpf_get_func_ip(ctx);
+		return NULL;
+	}
+	return &recs[s];
+}
+
 RKF_MULTI_FENTRY
 int BPF_PROG(multi_fentry, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u64 a5)
 {
 	__u64 a[6] = { a0, a1, a2, a3, a4, a5 };
-	int s;
+	struct rec *r = rec_of(fentry_recs, ctx);
 
-	if (!wanted())
-		return 0;
-	s = slot_of(bpf_get_func_ip(ctx));
-	if (s < 0 || s >= MAX_FUNCS) {
-		unknown_ip = bpf_get_func_ip(ctx);
-		return 0;
-	}
-	record(&fentry_recs[s], ctx, a);
+	if (r)
+		record(r, ctx, a);
 	return 0;
 }
 
@@ -85,17 +94,10 @@ int BPF_PROG(multi_fexit, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u6
 	     __u64 ret)
 {
 	__u64 a[6] = { a0, a1, a2, a3, a4, a5 };
-	struct rec *r;
-	int s;
+	struct rec *r = rec_of(fexit_recs, ctx);
 
-	if (!wanted())
+	if (!r)
 		return 0;
-	s = slot_of(bpf_get_func_ip(ctx));
-	if (s < 0 || s >= MAX_FUNCS) {
-		unknown_ip = bpf_get_func_ip(ctx);
-		return 0;
-	}
-	r = &fexit_recs[s];
 	record(r, ctx, a);
 	r->ret = ret;
 	if (bpf_get_func_ret(ctx, &r->helper_ret))

@@ -67,12 +67,13 @@ pub fn take_libbpf_log() -> String {
     std::mem::take(&mut *LIBBPF_LOG.lock().unwrap())
 }
 
-/// Runs `tests` (those whose name contains `filter`, if given) and prints KTAP.  Returns
+/// Runs `tests` (those whose name contains one of the comma-separated parts of `filter`,
+/// if given) and prints KTAP.  Returns
 /// the kselftest exit code: 0 all passed, 1 some failed, 4 nothing ran.
 pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
     let selected: Vec<&Test> = tests
         .iter()
-        .filter(|t| filter.is_none_or(|f| t.name.contains(f)))
+        .filter(|t| filter.is_none_or(|f| f.split(',').any(|p| t.name.contains(p))))
         .collect();
     println!("KTAP version 1");
     println!("1..{}", selected.len());

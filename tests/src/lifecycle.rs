@@ -205,7 +205,7 @@ fn multi_pinned_by_link() -> Result<()> {
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     {
         let mut obj = MaybeUninit::uninit();
-        let (skel, funcs) = crate::multi::load_for_lifecycle(&mut obj)?;
+        let (skel, funcs) = crate::multi::setup(&mut obj)?;
         let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let err = rmmod(MULTI)
@@ -234,7 +234,7 @@ fn multi_rmmod_in_flight() -> Result<()> {
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     let sleeper = {
         let mut obj = MaybeUninit::uninit();
-        let (skel, funcs) = crate::multi::load_for_lifecycle(&mut obj)?;
+        let (skel, funcs) = crate::multi::setup(&mut obj)?;
         let sleep = rkf::multi::resolve(&["hrtimer_nanosleep"])?.funcs;
         let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -46,7 +46,7 @@ struct Args {
     /// List the tests and exit.
     #[arg(long)]
     list: bool,
-    /// Run only the tests whose name contains NAME.
+    /// Run only the tests whose name contains NAME (or one of NAME,NAME,...).
     #[arg(short = 't', long = "test", value_name = "NAME")]
     test: Option<String>,
 }

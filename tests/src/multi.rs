@@ -180,9 +180,8 @@ fn check_args(what: &str, f: &Func, r: &crate::skel::multi::types::rec, call: us
 }
 
 fn fentry_args() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x1000 + i * 7).collect();
     let link = attach(&skel.progs.multi_fentry, &funcs, Some(&cookies))?;
     diag!(
@@ -227,9 +226,8 @@ fn fentry_args() -> Result<()> {
 }
 
 fn fexit_ret() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     let _link = attach(&skel.progs.multi_fexit, &funcs, None)?;
     reset(&mut skel)?;
     trigger(&skel)?;
@@ -260,9 +258,8 @@ fn fexit_ret() -> Result<()> {
 }
 
 fn fentry_fexit_one_set() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     let _a = attach(&skel.progs.multi_fentry, &funcs, None)?;
     let _b = attach(&skel.progs.multi_fexit, &funcs, None)?;
     reset(&mut skel)?;
@@ -286,9 +283,8 @@ fn fentry_fexit_one_set() -> Result<()> {
 /// Four links (two fentry, two fexit) on overlapping sets, attached in every combination
 /// and in both orders: each function counts exactly one hit per link that holds it.
 fn intersect() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     // Sets as bit masks over the ten functions.
     let sets: [u16; 4] = [
         0b00_0011_1111,
@@ -382,9 +378,8 @@ fn notrace_function(funcs: &[Func]) -> Result<Func> {
 /// Every refusal: errno, the function named, and nothing left behind (the good functions
 /// then attach and count exactly).
 fn refusals() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     let good = &funcs[..5];
     let with = |i: usize, bad: Func| {
         let mut v = good.to_vec();
@@ -485,9 +480,8 @@ fn refusals() -> Result<()> {
 /// and the reverse: an in-kernel attach to an rkf_multi function fails, and neither
 /// breaks the other.
 fn coexistence() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     {
         let _kernel = skel
             .progs
@@ -555,9 +549,8 @@ fn storm() -> Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     const CYCLES: usize = 10_000;
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     reset(&mut skel)?;
     let permanent = &funcs[..5];
     let _fentry = attach(&skel.progs.count_fentry0, permanent, None)?;
@@ -643,9 +636,8 @@ fn storm() -> Result<()> {
 /// Without CAP_BPF and CAP_PERFMON every rkf_multi request gives EPERM, even on a file
 /// opened while privileged.
 fn unprivileged() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let skel = load(&mut obj, &funcs)?;
+    let (skel, funcs) = setup(&mut obj)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -708,8 +700,8 @@ fn unprivileged() -> Result<()> {
     Ok(())
 }
 
-/// The skeleton with bpf_fentry_test1..9 in its table, for the lifecycle tests.
-pub(crate) fn load_for_lifecycle(
+/// The skeleton with bpf_fentry_test1..9 in its table, and the functions.
+pub(crate) fn setup(
     obj: &mut MaybeUninit<libbpf_rs::OpenObject>,
 ) -> Result<(MultiSkel<'_>, Vec<Func>)> {
     let funcs = targets()?;
@@ -718,9 +710,8 @@ pub(crate) fn load_for_lifecycle(
 
 /// One link, one run: for the tests that reload the module.
 pub(crate) fn smoke() -> Result<()> {
-    let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = load(&mut obj, &funcs)?;
+    let (mut skel, funcs) = setup(&mut obj)?;
     let _l = attach(&skel.progs.count_fentry0, &funcs, None)?;
     reset(&mut skel)?;
     trigger(&skel)?;
