@@ -13,6 +13,7 @@
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make bench      the benchmarks in a VM on the bench kernel (-icount), into build/bench.md
 #   make dkms-check  package with the real dkms, load what it installed in a VM, smoke-test
+#   make install    modules_install of the three modules (INSTALL_MOD_PATH=, KDIR= as above)
 #   make clean
 
 SHELL := /bin/bash
@@ -28,12 +29,12 @@ export RKF_WERROR
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
-	host-test lint vm-test bench dkms-check check run clean help
+	host-test lint vm-test bench dkms-check install check run clean help
 
 all: modules user
 
 help:
-	@sed -n '3,17p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,18p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
@@ -54,6 +55,20 @@ modules:
 	@mkdir -p "$(BUILD)/$(notdir $(KDIR))"
 	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))" LLVM=1 CLIPPY=1 modules
 	@scripts/check-btf.sh "$(BUILD)/$(notdir $(KDIR))" $(MODULES)
+
+# modules_install of rkf_percpu, rkf_stack and rkf_multi (built apart, without the
+# test-only rkf_testmod) into $(INSTALL_MOD_PATH)/lib/modules/<release>/updates/.
+ifeq ($(origin KDIR),undefined)
+install: kernel-test
+install: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
+endif
+install:
+	@scripts/check-kdir.sh "$(KDIR)"
+	@mkdir -p "$(BUILD)/$(notdir $(KDIR))-install"
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" LLVM=1 \
+		RKF_TESTMOD=n modules
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" LLVM=1 \
+		RKF_TESTMOD=n INSTALL_MOD_DIR=updates modules_install
 
 # The modules for each cached kernel.
 modules-test modules-bench: modules-%: kernel-%

@@ -35,6 +35,15 @@ cleanup() {
 trap cleanup EXIT
 cleanup
 
+log "make install into a staging root"
+make -s -C "$RKF_ROOT" install KDIR="$kdir" INSTALL_MOD_PATH="$tmp/root" >/dev/null
+for m in rkf_percpu rkf_stack rkf_multi; do
+	[[ -f $tmp/root/lib/modules/$release/updates/$m.ko ]] ||
+		die "make install did not install $m.ko in $tmp/root/lib/modules/$release/updates"
+done
+[[ ! -e $tmp/root/lib/modules/$release/updates/rkf_testmod.ko ]] ||
+	die "make install installed the test-only rkf_testmod"
+
 log "dkms: staging $name $version in $src"
 mkdir -p "$src"
 cp -a "$RKF_ROOT/dkms.conf" "$RKF_ROOT/Kbuild" "$RKF_ROOT/rust" "$RKF_ROOT/c-shim" "$src/"
