@@ -17,7 +17,7 @@ use core::{
 };
 
 use kernel::{
-    alloc::KVec,
+    alloc::KVVec,
     fs::File,
     ioctl::{_IOC_SIZE, _IOWR},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
@@ -213,17 +213,17 @@ struct Link {
     prog_id: u32,
     fexit: bool,
     /// Sorted by site.
-    targets: KVec<Target>,
+    targets: KVVec<Target>,
     /// The counters of each target, in the same order; the table points into them, so
     /// the vector is never resized.
-    stats: KVec<StatsC>,
+    stats: KVVec<StatsC>,
 }
 
 /// The storage of a published table.
 struct Published {
     table: KBox<TableC>,
-    _funcs: KVec<FuncC>,
-    _progs: KVec<ProgC>,
+    _funcs: KVVec<FuncC>,
+    _progs: KVVec<ProgC>,
 }
 
 // SAFETY: the raw pointers point into the vectors owned alongside them, or to programs
@@ -233,7 +233,7 @@ unsafe impl Send for Published {}
 /// Every link, and the table built from them.
 pub(crate) struct Registry {
     /// In attach order (ids increase).
-    links: KVec<Link>,
+    links: KVVec<Link>,
     next_id: u64,
     table: Option<Published>,
 }
@@ -241,7 +241,7 @@ pub(crate) struct Registry {
 impl Registry {
     const fn new() -> Self {
         Self {
-            links: KVec::new(),
+            links: KVVec::new(),
             next_id: 1,
             table: None,
         }
@@ -278,7 +278,7 @@ pub(crate) fn exit() {
     // through its program).
     unsafe { shim::rkf_multi_wait_inflight() };
     let mut reg = LINKS.lock();
-    let links = core::mem::replace(&mut reg.links, KVec::new());
+    let links = core::mem::replace(&mut reg.links, KVVec::new());
     let table = reg.table.take();
     drop(reg);
     drop((links, table));
@@ -319,12 +319,13 @@ impl From<kernel::alloc::AllocError> for AttachError {
     }
 }
 
-/// Reads `n` values of `T` (a plain integer) from user address `addr`.
-fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVec<T>> {
+/// Reads `n` values of `T` (a plain integer) from user address `addr`.  Large requests
+/// (up to `MAX_FUNCS` entries) go to vmalloc, so that they never need a high-order page.
+fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVVec<T>> {
     let bytes = n.checked_mul(size_of::<T>()).ok_or(E2BIG)?;
-    let mut raw = KVec::<u8>::with_capacity(bytes, GFP_KERNEL)?;
+    let mut raw = KVVec::<u8>::with_capacity(bytes, GFP_KERNEL)?;
     UserSlice::new(UserPtr::from_addr(addr as usize), bytes).read_all(&mut raw, GFP_KERNEL)?;
-    let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
+    let mut out = KVVec::with_capacity(n, GFP_KERNEL)?;
     for chunk in raw.chunks_exact(size_of::<T>()) {
         // SAFETY: `chunk` holds `size_of::<T>()` bytes and `T` is valid for any bits.
         let v = unsafe { ptr::read_unaligned(chunk.as_ptr().cast::<T>()) };
@@ -387,8 +388,8 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
         return Ok(None);
     }
     // Slot::idx indexes `refs`: (link, target).
-    let mut refs = KVec::<(u32, u32)>::with_capacity(total, GFP_KERNEL)?;
-    let mut slots = KVec::<Slot>::with_capacity(total, GFP_KERNEL)?;
+    let mut refs = KVVec::<(u32, u32)>::with_capacity(total, GFP_KERNEL)?;
+    let mut slots = KVVec::<Slot>::with_capacity(total, GFP_KERNEL)?;
     for (li, l) in links.iter().enumerate() {
         for (ti, t) in l.targets.iter().enumerate() {
             slots.push(
@@ -404,7 +405,7 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
         }
     }
     core_rules::order_slots(&mut slots);
-    let mut progs = KVec::<ProgC>::with_capacity(total, GFP_KERNEL)?;
+    let mut progs = KVVec::<ProgC>::with_capacity(total, GFP_KERNEL)?;
     for s in slots.iter() {
         let (li, ti) = refs[s.idx as usize];
         let l = &links[li as usize];
@@ -418,7 +419,7 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
         )?;
     }
     let nr_funcs = core_rules::groups(&slots).count();
-    let mut funcs = KVec::<FuncC>::with_capacity(nr_funcs, GFP_KERNEL)?;
+    let mut funcs = KVVec::<FuncC>::with_capacity(nr_funcs, GFP_KERNEL)?;
     for Group {
         site,
         start,
@@ -506,13 +507,13 @@ fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
 }
 
 /// The sites of `links` other than `skip`, each sorted: for [`core_rules::transitions`].
-fn sites_of(links: &[Link], skip: Option<usize>) -> Result<KVec<KVec<u64>>> {
-    let mut all = KVec::with_capacity(links.len(), GFP_KERNEL)?;
+fn sites_of(links: &[Link], skip: Option<usize>) -> Result<KVVec<KVVec<u64>>> {
+    let mut all = KVVec::with_capacity(links.len(), GFP_KERNEL)?;
     for (i, l) in links.iter().enumerate() {
         if Some(i) == skip {
             continue;
         }
-        let mut s = KVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
+        let mut s = KVVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
         for t in l.targets.iter() {
             s.push(t.site, GFP_KERNEL)?;
         }
@@ -523,7 +524,7 @@ fn sites_of(links: &[Link], skip: Option<usize>) -> Result<KVec<KVec<u64>>> {
 
 /// Hooks or unhooks `sites` in one ftrace update.
 fn ftrace_update(sites: &[u64], add: bool) -> Result {
-    let mut raw = KVec::<usize>::with_capacity(sites.len(), GFP_KERNEL)?;
+    let mut raw = KVVec::<usize>::with_capacity(sites.len(), GFP_KERNEL)?;
     for &s in sites {
         raw.push(s as usize, GFP_KERNEL)?;
     }
@@ -540,16 +541,16 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
     }
     core_rules::check_count(req.cnt).map_err(|e| Error::from_errno(-e))?;
     let n = req.cnt as usize;
-    let ids: KVec<u32> = read_array(req.btf_ids, n)?;
-    let addrs: KVec<u64> = read_array(req.addrs, n)?;
-    let cookies: Option<KVec<u64>> = match req.cookies {
+    let ids: KVVec<u32> = read_array(req.btf_ids, n)?;
+    let addrs: KVVec<u64> = read_array(req.addrs, n)?;
+    let cookies: Option<KVVec<u64>> = match req.cookies {
         0 => None,
         a => Some(read_array(a, n)?),
     };
     let (prog, fexit, prog_id) = ProgRef::get(req.prog_fd)?;
 
     // Each function on its own, in request order, so that the first bad one is named.
-    let mut targets = KVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
+    let mut targets = KVVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
     for i in 0..n {
         let mut t = check_target(&prog, i, ids[i], addrs[i]).map_err(AttachError::Refused)?;
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
@@ -586,9 +587,9 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         }
     }
 
-    let mut link_targets = KVec::with_capacity(n, GFP_KERNEL)?;
-    let mut stats = KVec::with_capacity(n, GFP_KERNEL)?;
-    let mut sorted_sites = KVec::with_capacity(n, GFP_KERNEL)?;
+    let mut link_targets = KVVec::with_capacity(n, GFP_KERNEL)?;
+    let mut stats = KVVec::with_capacity(n, GFP_KERNEL)?;
+    let mut sorted_sites = KVVec::with_capacity(n, GFP_KERNEL)?;
     for (t, _) in targets.iter() {
         link_targets.push(*t, GFP_KERNEL)?;
         sorted_sites.push(t.site, GFP_KERNEL)?;
@@ -601,7 +602,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         )?;
     }
     let others = sites_of(&reg.links, None)?;
-    let mut new_sites = KVec::from_elem(0u64, n, GFP_KERNEL)?;
+    let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
     let nr_new =
         core_rules::transitions(&sorted_sites, others.iter().map(|o| &o[..]), &mut new_sites);
 
@@ -648,14 +649,14 @@ fn detach(id: u64) {
     let Some(pos) = reg.links.iter().position(|l| l.id == id) else {
         return;
     };
-    let gone = match (|| -> Result<(KVec<u64>, usize)> {
+    let gone = match (|| -> Result<(KVVec<u64>, usize)> {
         let l = &reg.links[pos];
         let others = sites_of(&reg.links, Some(pos))?;
-        let mut sorted = KVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
+        let mut sorted = KVVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
         for t in l.targets.iter() {
             sorted.push(t.site, GFP_KERNEL)?;
         }
-        let mut out = KVec::from_elem(0u64, sorted.len(), GFP_KERNEL)?;
+        let mut out = KVVec::from_elem(0u64, sorted.len(), GFP_KERNEL)?;
         let n = core_rules::transitions(&sorted, others.iter().map(|o| &o[..]), &mut out);
         Ok((out, n))
     })() {

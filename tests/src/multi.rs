@@ -69,6 +69,10 @@ pub const TESTS: &[Test] = &[
         name: "multi_funccount_glob",
         run: funccount_glob,
     },
+    Test {
+        name: "multi_ioctl_fuzz",
+        run: ioctl_fuzz,
+    },
 ];
 
 /// (arguments, return value) of bpf_fentry_testN(), as bpf_prog_test_run_tracing() calls
@@ -776,5 +780,217 @@ fn funccount_glob() -> Result<()> {
         multi::links()?.is_empty(),
         "a link is left after funccount returned"
     );
+    Ok(())
+}
+
+/// xorshift64: reproducible pseudo-random numbers for the fuzz test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The ids of every loaded BPF program.
+fn prog_ids() -> Vec<u32> {
+    let mut ids = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut next = 0u32;
+        // SAFETY: a valid out-pointer.
+        if unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_next_id(id, &mut next) } != 0 {
+            return ids;
+        }
+        ids.push(next);
+        id = next;
+    }
+}
+
+/// 100,000 random and mutated requests on both vCPUs: bad fds, wrong program types, huge
+/// and short counts, bad pointers, random ids and addresses, random commands, closes of
+/// files another thread attaches through.  Passes only if the kernel stays quiet (the
+/// run's splat check), no link is left, every program is freed once its fds are closed
+/// (no leaked reference), and, later, the module unloads (lifecycle tests) and kmemleak
+/// finds nothing.
+fn ioctl_fuzz() -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::sync::Mutex;
+
+    const PER_THREAD: u64 = 50_000;
+    let before: HashSet<u32> = prog_ids().into_iter().collect();
+    let mut outcomes = std::collections::BTreeMap::<i32, u64>::new();
+    {
+        let mut obj = MaybeUninit::uninit();
+        let (skel, funcs) = setup(&mut obj)?;
+        let null = std::fs::File::open("/dev/null")?;
+        let fds: Vec<i32> = vec![
+            skel.progs.count_fentry0.as_fd().as_raw_fd(),
+            skel.progs.count_fexit2.as_fd().as_raw_fd(),
+            skel.progs.multi_fentry.as_fd().as_raw_fd(),
+            skel.progs.plain_fentry.as_fd().as_raw_fd(),
+            skel.maps.bss.as_fd().as_raw_fd(),
+            null.as_raw_fd(),
+            9999,
+            -1,
+        ];
+        let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
+        let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+        let cookies: Vec<u64> = (0..funcs.len() as u64).collect();
+        let pool: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+        let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
+        let results = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let (fds, ids, addrs, cookies, pool) = (&fds, &ids, &addrs, &cookies, &pool);
+                    s.spawn(move || -> Result<std::collections::BTreeMap<i32, u64>> {
+                        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                        let mut seen = std::collections::BTreeMap::new();
+                        // Mutable copies the requests point into, some of them mutated.
+                        let mut ids_buf = ids.clone();
+                        let mut addrs_buf = addrs.clone();
+                        let mut info_buf = vec![[0u64; 4]; 64];
+                        for i in 0..PER_THREAD {
+                            let file = std::fs::OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .open(multi::DEVICE)?;
+                            let n = ids.len();
+                            for k in 0..n {
+                                ids_buf[k] = match rng.below(8) {
+                                    0 => rng.next() as u32,
+                                    1 => ids[rng.below(n as u64) as usize],
+                                    _ => ids[k],
+                                };
+                                addrs_buf[k] = match rng.below(8) {
+                                    0 => rng.next(),
+                                    1 => addrs[rng.below(n as u64) as usize] + rng.below(16),
+                                    _ => addrs[k],
+                                };
+                            }
+                            let cnt: u32 = match rng.below(10) {
+                                0 => 0,
+                                1 => u32::MAX,
+                                2 => rkf_core::multi::MAX_FUNCS + 1,
+                                3 => n as u32 + 1 + rng.below(64) as u32, // past the buffers
+                                _ => 1 + rng.below(n as u64) as u32,
+                            };
+                            let ptr = |valid: u64, rng: &mut Rng| match rng.below(12) {
+                                0 => 0,
+                                1 => 0x1000,
+                                2 => u64::MAX - 7,
+                                _ => valid,
+                            };
+                            let mut req = [0u64; 6];
+                            let prog_fd = fds[rng.below(fds.len() as u64) as usize];
+                            req[0] = u64::from(prog_fd as u32) | (u64::from(cnt) << 32);
+                            req[1] = ptr(ids_buf.as_ptr() as u64, &mut rng);
+                            req[2] = ptr(addrs_buf.as_ptr() as u64, &mut rng);
+                            req[3] = match rng.below(3) {
+                                0 => 0,
+                                _ => ptr(cookies.as_ptr() as u64, &mut rng),
+                            };
+                            req[4] = if rng.below(20) == 0 { rng.next() } else { 0 };
+                            let cmd: u64 = match rng.below(20) {
+                                0 => rng.next() & 0xffff_ffff,
+                                1 => (3 << 30) | (rng.below(64) << 16) | ((b'r' as u64) << 8) | 1,
+                                _ => (3 << 30) | (48 << 16) | ((b'r' as u64) << 8) | 1,
+                            };
+                            // SAFETY: `req` is 48 bytes; a wrong command or size only makes
+                            // the kernel read less, or refuse.
+                            let r = unsafe {
+                                libc::ioctl(file.as_raw_fd(), cmd as _, req.as_mut_ptr())
+                            };
+                            let code = if r < 0 {
+                                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+                            } else {
+                                0
+                            };
+                            *seen.entry(code).or_insert(0u64) += 1;
+                            // Sometimes read it back, with a random buffer.
+                            if rng.below(4) == 0 {
+                                let mut info = [0u64; 5];
+                                info[0] = if rng.below(2) == 0 {
+                                    0
+                                } else {
+                                    rng.below(1 << 20)
+                                };
+                                // buf_cnt (the upper half of the third word), funcs: room
+                                // for 64 entries, or a bad pointer.
+                                info[2] = rng.below(64) << 32;
+                                info[3] = ptr(info_buf.as_mut_ptr() as u64, &mut rng);
+                                // SAFETY: 40 bytes for RKF_MULTI_IOC_INFO.
+                                unsafe {
+                                    libc::ioctl(
+                                        file.as_raw_fd(),
+                                        ((3u64 << 30) | (40 << 16) | ((b'r' as u64) << 8) | 2) as _,
+                                        info.as_mut_ptr(),
+                                    )
+                                };
+                            }
+                            // Keep some links open for a while; close others' links too.
+                            let mut p = pool.lock().unwrap();
+                            if rng.below(3) == 0 {
+                                p.push(file);
+                            }
+                            if p.len() > 8 || rng.below(4) == 0 {
+                                let victim = rng.below(p.len().max(1) as u64) as usize;
+                                if victim < p.len() {
+                                    p.swap_remove(victim);
+                                }
+                            }
+                            drop(p);
+                            if i % 1000 == 0 {
+                                test_run_fd(trigger_fd)?;
+                            }
+                        }
+                        Ok(seen)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a fuzz thread panicked"))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        for r in results {
+            for (k, v) in r {
+                *outcomes.entry(k).or_insert(0) += v;
+            }
+        }
+        pool.into_inner().unwrap().clear();
+        check!(
+            multi::links()?.is_empty(),
+            "links left after every file was closed"
+        );
+    }
+    diag!("{} requests; errno -> count: {outcomes:?}", 2 * PER_THREAD);
+    check!(
+        outcomes.get(&0).copied().unwrap_or(0) > 0,
+        "no request succeeded"
+    );
+    // Every program of the skeleton goes once its fds are closed: no reference leaked.
+    let start = std::time::Instant::now();
+    loop {
+        let left: Vec<u32> = prog_ids()
+            .into_iter()
+            .filter(|i| !before.contains(i))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        check!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "programs still loaded 20 s after their fds were closed (leaked references): {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     Ok(())
 }
