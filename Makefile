@@ -47,8 +47,8 @@ kernel-test kernel-bench: kernel-%: deps
 # KDIR is any patched 7.3 build tree; by default the cached test kernel (built on demand).
 # Objects go to build/<name of KDIR>/ so that one checkout builds for several kernels.
 ifeq ($(origin KDIR),undefined)
-modules: kernel-test
-modules: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
+modules install: kernel-test
+modules install: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
 endif
 modules:
 	@scripts/check-kdir.sh "$(KDIR)"
@@ -58,10 +58,6 @@ modules:
 
 # modules_install of rkf_percpu, rkf_stack and rkf_multi (built apart, without the
 # test-only rkf_testmod) into $(INSTALL_MOD_PATH)/lib/modules/<release>/updates/.
-ifeq ($(origin KDIR),undefined)
-install: kernel-test
-install: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
-endif
 install:
 	@scripts/check-kdir.sh "$(KDIR)"
 	@mkdir -p "$(BUILD)/$(notdir $(KDIR))-install"
