@@ -506,20 +506,12 @@ fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
     }
 }
 
-/// The sites of `links` other than `skip`, each sorted: for [`core_rules::transitions`].
-fn sites_of(links: &[Link], skip: Option<usize>) -> Result<KVVec<KVVec<u64>>> {
-    let mut all = KVVec::with_capacity(links.len(), GFP_KERNEL)?;
-    for (i, l) in links.iter().enumerate() {
-        if Some(i) == skip {
-            continue;
-        }
-        let mut s = KVVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
-        for t in l.targets.iter() {
-            s.push(t.site, GFP_KERNEL)?;
-        }
-        all.push(s, GFP_KERNEL)?;
-    }
-    Ok(all)
+/// Whether a link other than `links[skip]` holds `site`.
+fn held_by_others(links: &[Link], skip: Option<usize>, site: u64) -> bool {
+    links
+        .iter()
+        .enumerate()
+        .any(|(i, l)| Some(i) != skip && l.targets.binary_search_by_key(&site, |t| t.site).is_ok())
 }
 
 /// Hooks or unhooks `sites` in one ftrace update.
@@ -589,10 +581,8 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
 
     let mut link_targets = KVVec::with_capacity(n, GFP_KERNEL)?;
     let mut stats = KVVec::with_capacity(n, GFP_KERNEL)?;
-    let mut sorted_sites = KVVec::with_capacity(n, GFP_KERNEL)?;
     for (t, _) in targets.iter() {
         link_targets.push(*t, GFP_KERNEL)?;
-        sorted_sites.push(t.site, GFP_KERNEL)?;
         stats.push(
             StatsC {
                 hits: kernel::sync::atomic::Atomic::new(0),
@@ -601,10 +591,12 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
             GFP_KERNEL,
         )?;
     }
-    let others = sites_of(&reg.links, None)?;
     let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
-    let nr_new =
-        core_rules::transitions(&sorted_sites, others.iter().map(|o| &o[..]), &mut new_sites);
+    let nr_new = core_rules::transitions(
+        targets.iter().map(|(t, _)| t.site),
+        |s| held_by_others(&reg.links, None, s),
+        &mut new_sites,
+    );
 
     let id = reg.next_id;
     reg.links.push(
@@ -649,26 +641,17 @@ fn detach(id: u64) {
     let Some(pos) = reg.links.iter().position(|l| l.id == id) else {
         return;
     };
-    let gone = match (|| -> Result<(KVVec<u64>, usize)> {
-        let l = &reg.links[pos];
-        let others = sites_of(&reg.links, Some(pos))?;
-        let mut sorted = KVVec::with_capacity(l.targets.len(), GFP_KERNEL)?;
-        for t in l.targets.iter() {
-            sorted.push(t.site, GFP_KERNEL)?;
-        }
-        let mut out = KVVec::from_elem(0u64, sorted.len(), GFP_KERNEL)?;
-        let n = core_rules::transitions(&sorted, others.iter().map(|o| &o[..]), &mut out);
-        Ok((out, n))
-    })() {
-        Ok(g) => g,
-        Err(_) => {
-            pr_err!(
-                "out of memory detaching link {}: it stays attached until the next close\n",
-                id
-            );
-            return;
-        }
+    let links = &reg.links;
+    let Ok(mut out) = KVVec::from_elem(0u64, links[pos].targets.len(), GFP_KERNEL) else {
+        pr_err!("out of memory detaching link {}: it stays attached\n", id);
+        return;
     };
+    let n = core_rules::transitions(
+        links[pos].targets.iter().map(|t| t.site),
+        |s| held_by_others(links, Some(pos), s),
+        &mut out,
+    );
+    let gone = (out, n);
     let Ok(link) = reg.links.remove(pos) else {
         return;
     };

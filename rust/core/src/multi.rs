@@ -401,18 +401,18 @@ impl Iterator for Groups<'_> {
     }
 }
 
-/// Writes to `out` the sites of `sorted` (sorted, no duplicates) that `others` (each
-/// sorted) do not hold, and returns how many: the functions that a link operation on
-/// `sorted` hooks (attach) or unhooks (detach) in ftrace, the 0-to-1 and 1-to-0
-/// transitions.  `out` must have room for `sorted.len()`.
-pub fn transitions<'a>(
-    sorted: &[u64],
-    others: impl Iterator<Item = &'a [u64]> + Clone,
+/// Writes to `out` the sites of `sites` that no other link holds (`held_elsewhere`), and
+/// returns how many: the functions that a link operation on `sites` hooks (attach) or
+/// unhooks (detach) in ftrace, the 0-to-1 and 1-to-0 transitions.  `out` must have room
+/// for every site.
+pub fn transitions(
+    sites: impl Iterator<Item = u64>,
+    held_elsewhere: impl Fn(u64) -> bool,
     out: &mut [u64],
 ) -> usize {
     let mut n = 0;
-    for &s in sorted {
-        if !others.clone().any(|o| o.binary_search(&s).is_ok()) {
+    for s in sites {
+        if !held_elsewhere(s) {
             out[n] = s;
             n += 1;
         }
