@@ -6,15 +6,10 @@
 # guest can write only there; `make bench` copies it to build/bench.md).
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
+source "$RKF_ROOT/tests/guest-lib.sh"
 modules=(rkf_stack rkf_multi rkf_testmod)
 
-for m in "${modules[@]}"; do
-	if ! insmod "$RKF_MODDIR/$m.ko"; then
-		echo "# insmod $m.ko failed:"
-		dmesg | tail -5 | sed 's/^/# /'
-		exit 1
-	fi
-done
+load_modules "$RKF_MODDIR" "${modules[@]}"
 
 {
 	echo "kernel $(uname -r), source linux-source-7.3 ${RKF_KSRC_VERSION:-unknown}"
@@ -23,7 +18,5 @@ done
 } | tee "$RKF_OUT/bench.md"
 rc=${PIPESTATUS[0]}
 
-for m in "${modules[@]}"; do
-	rmmod "$m" || rc=1
-done
+unload_modules "${modules[@]}" || rc=1
 exit "$rc"

@@ -5,30 +5,20 @@
 # the modules.  A module that does not load or does not unload fails the run.
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
+source "$RKF_ROOT/tests/guest-lib.sh"
 modules=(rkf_percpu rkf_stack rkf_multi rkf_testmod)
 kmemleak=/sys/kernel/debug/kmemleak
 
 # Forget what boot left behind: only leaks from the run count.
 [[ -w $kmemleak ]] && echo clear >"$kmemleak"
 
-for m in "${modules[@]}"; do
-	if ! insmod "$RKF_MODDIR/$m.ko"; then
-		echo "# insmod $m.ko failed:"
-		dmesg | tail -5 | sed 's/^/# /'
-		exit 1
-	fi
-done
+load_modules "$RKF_MODDIR" "${modules[@]}"
 
 # Arguments go to the runner (for example -t NAME).
 "$RKF_ROOT/target/release/rkf-selftests" "$@" | tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}
 
-for m in "${modules[@]}"; do
-	if ! rmmod "$m"; then
-		echo "# rmmod $m failed: the module is stuck"
-		rc=1
-	fi
-done
+unload_modules "${modules[@]}" || rc=1
 
 # After everything is unloaded, a leak scan (twice: objects must look unreferenced in two
 # scans to be reported).  vm.sh fails the run on any report.

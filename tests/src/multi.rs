@@ -146,6 +146,13 @@ fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<L
     Link::attach(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Clears the records, makes one BPF_PROG_TEST_RUN, and returns what the programs saw.
+fn run_once<'s>(skel: &'s mut MultiSkel<'_>) -> Result<&'s crate::skel::multi::types::bss> {
+    reset(skel)?;
+    trigger(skel)?;
+    skel.maps.bss_data.as_deref().context("no .bss")
+}
+
 fn reset(skel: &mut MultiSkel<'_>) -> Result<()> {
     let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
     for r in bss.fentry_recs.iter_mut().chain(bss.fexit_recs.iter_mut()) {
@@ -193,9 +200,7 @@ fn fentry_args() -> Result<()> {
         funcs.len(),
         link.attach_time
     );
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     check_eq!(
         bss.unknown_ip,
         0,
@@ -219,9 +224,7 @@ fn fentry_args() -> Result<()> {
         info.funcs
     );
     drop(link);
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     check!(
         bss.fentry_recs.iter().all(|r| r.hits == 0),
         "the program still runs after the link was closed"
@@ -233,9 +236,7 @@ fn fexit_ret() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let _link = attach(&skel.progs.multi_fexit, &funcs, None)?;
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     check_eq!(
         bss.unknown_ip,
         0,
@@ -442,9 +443,7 @@ fn refusals() -> Result<()> {
             }
         }
         // Nothing half-attached: no function runs the program.
-        reset(&mut skel)?;
-        trigger(&skel)?;
-        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        let bss = run_once(&mut skel)?;
         check!(
             bss.counts[0].iter().all(|&c| c == 0),
             "{what}: a function runs the program after a failed attach"
@@ -466,9 +465,7 @@ fn refusals() -> Result<()> {
     }
     // And then the good set works, exactly.
     let _l = attach(&skel.progs.count_fentry0, good, None)?;
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     for (i, f) in funcs.iter().enumerate() {
         check_eq!(
             bss.counts[0][i],
@@ -504,9 +501,7 @@ fn coexistence() -> Result<()> {
         );
         // The rest attaches.
         let _l = attach(&skel.progs.count_fentry0, &funcs[1..3], None)?;
-        reset(&mut skel)?;
-        trigger(&skel)?;
-        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        let bss = run_once(&mut skel)?;
         check_eq!(
             bss.counts[0][..3],
             [0, 1, 1],
@@ -518,9 +513,7 @@ fn coexistence() -> Result<()> {
         Ok(_) => bail!("an in-kernel fentry attached to a function rkf_multi holds"),
         Err(e) => diag!("BPF over rkf_multi: {e}"),
     }
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     check_eq!(
         bss.counts[0][..3],
         [1, 1, 1],
@@ -717,9 +710,7 @@ pub(crate) fn smoke() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let _l = attach(&skel.progs.count_fentry0, &funcs, None)?;
-    reset(&mut skel)?;
-    trigger(&skel)?;
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let bss = run_once(&mut skel)?;
     check!(
         bss.counts[0][..funcs.len()].iter().all(|&c| c == 1),
         "one hit per function: {:?}",
