@@ -12,6 +12,7 @@ mod kmod;
 mod lifecycle;
 mod multi;
 mod percpu;
+mod privilege;
 mod profile;
 mod stack;
 
@@ -58,6 +59,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .chain(stack::TESTS)
         .chain(profile::TESTS)
         .chain(multi::TESTS)
+        .chain(privilege::TESTS)
         .chain(lifecycle::TESTS)
         .collect()
 }

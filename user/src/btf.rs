@@ -8,6 +8,7 @@
 use std::{
     ffi::{CStr, CString},
     fmt,
+    os::fd::{FromRawFd, OwnedFd},
     path::Path,
     ptr::NonNull,
 };
@@ -71,6 +72,17 @@ impl RawBtf {
         let p = unsafe { sys::btf__parse_split(cpath.as_ptr(), vmlinux.ptr.as_ptr()) };
         Self::from_ret(p, vmlinux.type_cnt())
             .with_context(|| format!("parsing the BTF of module {module} ({})", path.display()))
+    }
+
+    /// The BTF id of the function `name`, if this object (or, for a module, vmlinux
+    /// under it) has one.
+    pub fn find_func(&self, name: &str) -> Option<u32> {
+        let cname = CString::new(name).ok()?;
+        // SAFETY: `self.ptr` is a valid BTF object and `cname` a valid C string.
+        let id = unsafe {
+            sys::btf__find_by_name_kind(self.ptr.as_ptr(), cname.as_ptr(), sys::BTF_KIND_FUNC)
+        };
+        u32::try_from(id).ok()
     }
 
     fn from_ret(p: *mut sys::btf, start_id: u32) -> Result<Self> {
@@ -268,6 +280,51 @@ impl Drop for RawBtf {
     fn drop(&mut self) {
         // SAFETY: `self.ptr` is owned and freed exactly once.
         unsafe { sys::btf__free(self.ptr.as_ptr()) };
+    }
+}
+
+/// An fd of the kernel BTF object `name` (`vmlinux` or a module), as BPF_PROG_LOAD takes
+/// in `attach_btf_obj_fd` and `fd_array`.
+///
+/// Walking the BTF ids needs CAP_SYS_ADMIN; the fd, once open, needs nothing.
+pub fn object_fd(name: &str) -> Result<OwnedFd> {
+    let mut id = 0u32;
+    loop {
+        let mut next = 0u32;
+        // SAFETY: `next` is a valid out pointer.
+        if unsafe { sys::bpf_btf_get_next_id(id, &mut next) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                bail!("no kernel BTF object named {name} (is the module loaded?)");
+            }
+            return Err(e).context("BPF_BTF_GET_NEXT_ID");
+        }
+        id = next;
+        // SAFETY: no pointer arguments.
+        let fd = unsafe { sys::bpf_btf_get_fd_by_id(id) };
+        if fd < 0 {
+            continue; // freed meanwhile
+        }
+        // SAFETY: a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut buf = [0u8; 64];
+        // SAFETY: all-zero is a valid bpf_btf_info.
+        let mut info: sys::bpf_btf_info = unsafe { std::mem::zeroed() };
+        info.name = buf.as_mut_ptr() as u64;
+        info.name_len = buf.len() as u32;
+        let mut len = std::mem::size_of::<sys::bpf_btf_info>() as u32;
+        // SAFETY: `info` and `buf` outlive the call, with their sizes given.
+        let r = unsafe {
+            sys::bpf_btf_get_info_by_fd(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &mut info,
+                &mut len,
+            )
+        };
+        if r == 0 && CStr::from_bytes_until_nul(&buf).is_ok_and(|n| n.to_bytes() == name.as_bytes())
+        {
+            return Ok(fd);
+        }
     }
 }
 

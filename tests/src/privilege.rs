@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Privilege: what a task without CAP_BPF and CAP_PERFMON can do with rkf.
+//!
+//! Capabilities belong to a thread, so each case runs in a thread of its own that drops
+//! them with capset(2) (which, unlike setuid(2), glibc does not broadcast to the other
+//! threads); the test process keeps its capabilities.
+//!
+//! The programs here are raw instructions, loaded with BPF_PROG_LOAD and the modules'
+//! BTF fds taken while privileged: libbpf finds module kfuncs by walking the BTF ids,
+//! which needs CAP_SYS_ADMIN, and CAP_SYS_ADMIN counts as CAP_PERFMON.  A loader without
+//! it would fail in libbpf before the kernel had a say.
+
+use std::{
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
+
+use anyhow::{Context, Result};
+use libbpf_rs::libbpf_sys as sys;
+
+use crate::{check_eq, diag, harness::Test};
+use rkf::{btf, btf::RawBtf, modules};
+
+pub const TESTS: &[Test] = &[Test {
+    name: "kfunc_programs_need_capabilities",
+    run: kfunc_programs,
+}];
+
+/// include/uapi/linux/capability.h
+pub(crate) const CAP_PERFMON: u32 = 38;
+pub(crate) const CAP_BPF: u32 = 39;
+
+/// Runs `f` in a new thread whose effective and permitted capabilities are `caps` only.
+pub(crate) fn with_caps<T: Send>(caps: &[u32], f: impl FnOnce() -> T + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            set_caps(caps)?;
+            Ok(f())
+        })
+        .join()
+        .expect("a thread with dropped capabilities panicked")
+    })
+}
+
+fn set_caps(caps: &[u32]) -> Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,               // this thread
+    };
+    let mut data = [Data::default(); 2];
+    for &c in caps {
+        let d = &mut data[(c / 32) as usize];
+        d.effective |= 1 << (c % 32);
+        d.permitted |= 1 << (c % 32);
+    }
+    // SAFETY: a valid header and the two data structs of version 3.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error()).context("capset");
+    }
+    Ok(())
+}
+
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
+    // SAFETY: all-zero is a valid instruction to fill in.
+    let mut i: sys::bpf_insn = unsafe { std::mem::zeroed() };
+    i.code = code;
+    i.set_dst_reg(dst);
+    i.set_src_reg(src);
+    i.off = off;
+    i.imm = imm;
+    i
+}
+
+const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+
+/// r0 = 0; exit
+fn ret0() -> [sys::bpf_insn; 2] {
+    [insn(0xb7, 0, 0, 0, 0), insn(0x95, 0, 0, 0, 0)]
+}
+
+/// `bpf_rkf_get_stack(buf, 64, 0)` on a zeroed stack buffer: the kfunc of module BTF
+/// `fd_array[1]` with BTF id `id`.
+fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
+    let mut p: Vec<_> = (0..8)
+        .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
+        .collect();
+    p.extend([
+        insn(0xbf, 1, 10, 0, 0),   // r1 = r10
+        insn(0x07, 1, 0, 0, -64),  // r1 += -64
+        insn(0xb7, 2, 0, 0, 64),   // r2 = 64
+        insn(0xb7, 3, 0, 0, 0),    // r3 = 0
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+    ]);
+    p.extend(ret0());
+    p
+}
+
+/// `bpf_rkf_per_cpu_ptr(0, 0)`, the kfunc with BTF id `id` of module BTF `fd_array[1]`.
+fn per_cpu_ptr_prog(id: u32) -> Vec<sys::bpf_insn> {
+    let mut p = vec![
+        insn(0xb7, 1, 0, 0, 0),
+        insn(0xb7, 2, 0, 0, 0),
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+    ];
+    p.extend(ret0());
+    p
+}
+
+/// One program to load.
+struct Prog<'a> {
+    what: &'static str,
+    prog_type: sys::bpf_prog_type,
+    attach_type: sys::bpf_attach_type,
+    /// The function an fentry program attaches to, and the BTF object it is in (None:
+    /// vmlinux).
+    attach: Option<(u32, Option<&'a OwnedFd>)>,
+    /// The module BTF of the kfunc the program calls.
+    kfunc_btf: Option<&'a OwnedFd>,
+    insns: Vec<sys::bpf_insn>,
+    /// Whether an unprivileged (CAP_BPF-only) load may succeed: syscall programs, which
+    /// the kernel lets call bpf_get_stack() and bpf_per_cpu_ptr() with CAP_BPF alone
+    /// (kernel/bpf/syscall.c, syscall_prog_func_proto(); kernel/bpf/helpers.c).
+    cap_bpf_enough: bool,
+}
+
+impl Prog<'_> {
+    /// Loads the program: 0, or the errno, and the verifier log on failure.
+    fn load(&self) -> (i32, String) {
+        let mut log = vec![0u8; 1 << 16];
+        let fd_array = [0, self.kfunc_btf.map_or(-1, |f| f.as_raw_fd())];
+        // SAFETY: all-zero options are valid; the fields set below stay valid for the call.
+        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
+        opts.expected_attach_type = self.attach_type;
+        if let Some((id, obj)) = self.attach {
+            opts.attach_btf_id = id;
+            opts.attach_btf_obj_fd = obj.map_or(0, |f| f.as_raw_fd() as u32);
+        }
+        if self.kfunc_btf.is_some() {
+            opts.fd_array = fd_array.as_ptr();
+        }
+        if self.prog_type == sys::BPF_PROG_TYPE_SYSCALL {
+            opts.prog_flags = sys::BPF_F_SLEEPABLE;
+        }
+        opts.log_buf = log.as_mut_ptr().cast();
+        opts.log_size = log.len() as u32;
+        opts.log_level = 1;
+        // SAFETY: valid instructions, license, log buffer and fd array for the call.
+        let fd = unsafe {
+            sys::bpf_prog_load(
+                self.prog_type,
+                std::ptr::null(),
+                c"GPL".as_ptr(),
+                self.insns.as_ptr(),
+                self.insns.len() as _,
+                &mut opts,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a new fd that nothing else owns; closing it unloads the program.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return (0, String::new());
+        }
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        (-fd, String::from_utf8_lossy(&log[..end]).into_owned())
+    }
+}
+
+/// Programs that use the rkf kfuncs, and rkf_multi programs, load only with CAP_BPF and
+/// CAP_PERFMON, as the kernel's helpers they stand in for: EPERM without capabilities,
+/// EPERM for every tracing, kprobe and rkf_multi program with CAP_BPF alone; syscall
+/// programs need CAP_BPF only, like bpf_get_stack() and bpf_per_cpu_ptr() in them.  Each
+/// program loads with both capabilities, so the refusals are about privilege.
+fn kfunc_programs() -> Result<()> {
+    for m in ["rkf_stack", "rkf_percpu", "rkf_multi"] {
+        modules::require(m)?;
+    }
+    let vmlinux = RawBtf::vmlinux()?;
+    let find = |btf: &RawBtf, name: &str| {
+        btf.find_func(name)
+            .with_context(|| format!("no BTF function {name}"))
+    };
+    let stack_btf = RawBtf::module(&vmlinux, "rkf_stack")?;
+    let percpu_btf = RawBtf::module(&vmlinux, "rkf_percpu")?;
+    let multi_btf = RawBtf::module(&vmlinux, "rkf_multi")?;
+    let stack_fd = btf::object_fd("rkf_stack")?;
+    let percpu_fd = btf::object_fd("rkf_percpu")?;
+    let multi_fd = btf::object_fd("rkf_multi")?;
+    let get_stack = find(&stack_btf, "bpf_rkf_get_stack")?;
+    let per_cpu_ptr = find(&percpu_btf, "bpf_rkf_per_cpu_ptr")?;
+    let fentry_test1 = find(&vmlinux, "bpf_fentry_test1")?;
+    let tmpl6 = find(&multi_btf, "rkf_multi_tmpl6")?;
+
+    let progs = [
+        Prog {
+            what: "fentry calling bpf_rkf_get_stack()",
+            prog_type: sys::BPF_PROG_TYPE_TRACING,
+            attach_type: sys::BPF_TRACE_FENTRY,
+            attach: Some((fentry_test1, None)),
+            kfunc_btf: Some(&stack_fd),
+            insns: get_stack_prog(get_stack),
+            cap_bpf_enough: false,
+        },
+        Prog {
+            what: "syscall program calling bpf_rkf_get_stack()",
+            prog_type: sys::BPF_PROG_TYPE_SYSCALL,
+            attach_type: 0,
+            attach: None,
+            kfunc_btf: Some(&stack_fd),
+            insns: get_stack_prog(get_stack),
+            cap_bpf_enough: true,
+        },
+        Prog {
+            what: "kprobe calling bpf_rkf_per_cpu_ptr()",
+            prog_type: sys::BPF_PROG_TYPE_KPROBE,
+            attach_type: 0,
+            attach: None,
+            kfunc_btf: Some(&percpu_fd),
+            insns: per_cpu_ptr_prog(per_cpu_ptr),
+            cap_bpf_enough: false,
+        },
+        Prog {
+            what: "fentry calling bpf_rkf_per_cpu_ptr()",
+            prog_type: sys::BPF_PROG_TYPE_TRACING,
+            attach_type: sys::BPF_TRACE_FENTRY,
+            attach: Some((fentry_test1, None)),
+            kfunc_btf: Some(&percpu_fd),
+            insns: per_cpu_ptr_prog(per_cpu_ptr),
+            cap_bpf_enough: false,
+        },
+        Prog {
+            what: "syscall program calling bpf_rkf_per_cpu_ptr()",
+            prog_type: sys::BPF_PROG_TYPE_SYSCALL,
+            attach_type: 0,
+            attach: None,
+            kfunc_btf: Some(&percpu_fd),
+            insns: per_cpu_ptr_prog(per_cpu_ptr),
+            cap_bpf_enough: true,
+        },
+        Prog {
+            what: "rkf_multi fexit program (on rkf_multi_tmpl6)",
+            prog_type: sys::BPF_PROG_TYPE_TRACING,
+            attach_type: sys::BPF_TRACE_FEXIT,
+            attach: Some((tmpl6, Some(&multi_fd))),
+            kfunc_btf: None,
+            insns: ret0().to_vec(),
+            cap_bpf_enough: false,
+        },
+    ];
+
+    let cases: [(&str, &[u32]); 4] = [
+        ("no capabilities", &[]),
+        ("CAP_PERFMON only", &[CAP_PERFMON]),
+        ("CAP_BPF only", &[CAP_BPF]),
+        ("CAP_BPF and CAP_PERFMON", &[CAP_BPF, CAP_PERFMON]),
+    ];
+    for (name, caps) in cases {
+        let results = with_caps(caps, || progs.iter().map(Prog::load).collect::<Vec<_>>())?;
+        for (p, (errno, log)) in progs.iter().zip(results) {
+            let want = match caps {
+                [CAP_BPF, CAP_PERFMON] => 0,
+                [CAP_BPF] if p.cap_bpf_enough => 0,
+                _ => libc::EPERM,
+            };
+            if errno != want {
+                diag!("verifier log of {}:", p.what);
+                for l in log.lines() {
+                    diag!("  {l}");
+                }
+            }
+            check_eq!(
+                io::Error::from_raw_os_error(errno).to_string(),
+                io::Error::from_raw_os_error(want).to_string(),
+                "{}, {name}",
+                p.what
+            );
+        }
+    }
+    Ok(())
+}
