@@ -671,7 +671,11 @@ fn unprivileged() -> Result<()> {
         let want = if caps.len() == 2 { 0 } else { libc::EPERM };
         check_eq!(attach, want, "attach errno, {name}");
         // The privileged file has no link: its info request is ENOENT once allowed.
-        let want = if caps.len() == 2 { libc::ENOENT } else { libc::EPERM };
+        let want = if caps.len() == 2 {
+            libc::ENOENT
+        } else {
+            libc::EPERM
+        };
         check_eq!(info, want, "info errno on a privileged file, {name}");
     }
     Ok(())

@@ -99,10 +99,10 @@ fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
         .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
         .collect();
     p.extend([
-        insn(0xbf, 1, 10, 0, 0),   // r1 = r10
-        insn(0x07, 1, 0, 0, -64),  // r1 += -64
-        insn(0xb7, 2, 0, 0, 64),   // r2 = 64
-        insn(0xb7, 3, 0, 0, 0),    // r3 = 0
+        insn(0xbf, 1, 10, 0, 0),  // r1 = r10
+        insn(0x07, 1, 0, 0, -64), // r1 += -64
+        insn(0xb7, 2, 0, 0, 64),  // r2 = 64
+        insn(0xb7, 3, 0, 0, 0),   // r3 = 0
         insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
     ]);
     p.extend(ret0());

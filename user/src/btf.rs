@@ -315,11 +315,7 @@ pub fn object_fd(name: &str) -> Result<OwnedFd> {
         let mut len = std::mem::size_of::<sys::bpf_btf_info>() as u32;
         // SAFETY: `info` and `buf` outlive the call, with their sizes given.
         let r = unsafe {
-            sys::bpf_btf_get_info_by_fd(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                &mut info,
-                &mut len,
-            )
+            sys::bpf_btf_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len)
         };
         if r == 0 && CStr::from_bytes_until_nul(&buf).is_ok_and(|n| n.to_bytes() == name.as_bytes())
         {
