@@ -13,6 +13,8 @@
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make bench      the benchmarks in a VM on the bench kernel (-icount), into build/bench.md
 #   make dkms-check  package with the real dkms, load what it installed in a VM, smoke-test
+#   make selftests-package  the kselftests as an installable directory and tarball
+#   make host-fuzz  time-bounded fuzzing of the pure rules (RKF_FUZZ_SECS per target)
 #   make install    modules_install of the three modules (INSTALL_MOD_PATH=, KDIR= as above)
 #   make clean
 
@@ -29,7 +31,7 @@ export RKF_WERROR
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
-	host-test lint vm-test bench dkms-check install check run clean help
+	host-test host-fuzz lint vm-test bench dkms-check selftests-package install check run clean help
 
 all: modules user
 
@@ -81,25 +83,32 @@ host-test: user
 	cargo test --release --locked -p rkf-core -p rkf
 	tests/host-bad-input.sh
 
+# Each fuzz target of rust/core/tests/fuzz.rs runs RKF_FUZZ_SECS seconds (cargo test runs
+# them two at a time).
+RKF_FUZZ_SECS ?= 20
+host-fuzz:
+	RKF_FUZZ_SECS=$(RKF_FUZZ_SECS) cargo test --release --locked -p rkf-core --test fuzz -- --nocapture
+
 lint: kernel-test
 	scripts/lint.sh
 
 # The bench kernel's modules are needed too: a test checks that the test kernel refuses them.
 # A module stripped of its BTF, for the test that such a module refuses to load.
-vm-test: modules-test modules-bench user
-	@moddir="$(BUILD)/$$(basename "$$(scripts/kernel.sh dir test)")" && \
-	llvm-objcopy --remove-section=.BTF --remove-section=.BTF.base \
-		"$$moddir/rkf_percpu.ko" "$$moddir/rkf_percpu-nobtf.ko"
+# The kselftests run from their installed package, as a user would run them.
+vm-test: selftests-package
 	scripts/vm.sh test -- tests/guest-selftests.sh
+
+selftests-package: modules-test modules-bench user
+	scripts/selftests-package.sh "$$(scripts/kernel.sh dir test)" "$$(scripts/kernel.sh dir bench)"
 
 bench: modules-bench user
 	scripts/vm.sh bench --bench -- tests/guest-bench.sh
 	@cp build/vm/last/bench.md build/bench.md && echo "results in build/bench.md"
 
-dkms-check: modules-test user
+dkms-check: selftests-package
 	scripts/dkms-check.sh
 
-check: deps lint host-test vm-test dkms-check run bench
+check: deps lint host-test host-fuzz vm-test dkms-check run bench
 
 run: modules-bench user
 	scripts/vm.sh bench -- tests/guest-demo.sh

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Runs inside the test VM (scripts/vm.sh): load the rkf modules, run the kselftests, unload
-# the modules.  A module that does not load or does not unload fails the run.
+# Runs inside the test VM (scripts/vm.sh): load the rkf modules of the kselftest package
+# (make selftests-package), run the kselftests through the package's run_kselftest.sh,
+# unload the modules.  A module that does not load or does not unload fails the run.
 set -u
-: "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
+: "${RKF_OUT:?}" "${RKF_ROOT:?}"
 source "$RKF_ROOT/tests/guest-lib.sh"
+pkg=$RKF_ROOT/build/selftests/current
 modules=(rkf_percpu rkf_stack rkf_multi rkf_testmod)
 kmemleak=/sys/kernel/debug/kmemleak
 
 # Forget what boot left behind: only leaks from the run count.
 [[ -w $kmemleak ]] && echo clear >"$kmemleak"
 
-load_modules "$RKF_MODDIR" "${modules[@]}"
+load_modules "$pkg/modules" "${modules[@]}"
 
-# Arguments go to the runner (for example -t NAME).
-"$RKF_ROOT/target/release/rkf-selftests" "$@" | tee "$RKF_OUT/ktap.txt"
+# Arguments go to the runner (for example -t NAME).  The package's own modules/ and
+# foreign/ serve the tests that reload modules.
+RKF_MODDIR=$pkg/modules RKF_FOREIGN_MODDIR=$pkg/foreign "$pkg/run_kselftest.sh" "$@" |
+	tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}
 
 unload_modules "${modules[@]}" || rc=1

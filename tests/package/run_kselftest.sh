@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# run_kselftest.sh [rkf-selftests ARGS...]: the rkf kselftests, from an installed package
+# (make selftests-package).  KTAP on stdout; exit 0 (all passed), 1 (a test failed) or 4
+# (nothing ran), as kselftest expects.
+#
+# Needs root and the rkf modules loaded (insmod, modprobe or dkms).  rkf_testmod, the
+# test-only module, is loaded from this package for the run if it is not loaded already,
+# and only if it was built for the running kernel.  The tests that reload modules take
+# them from modules/ (RKF_MODDIR), and the test that the kernel refuses a module built for
+# another kernel takes one from foreign/ (RKF_FOREIGN_MODDIR).
+#
+#   ./run_kselftest.sh --list        the tests
+#   ./run_kselftest.sh -t NAME,...   the tests whose names contain one of NAME
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export RKF_MODDIR=${RKF_MODDIR:-$here/modules}
+export RKF_FOREIGN_MODDIR=${RKF_FOREIGN_MODDIR:-$here/foreign}
+
+if [[ " $* " == *" --list "* || " $* " == *" --help "* || " $* " == *" -h "* ]]; then
+	exec "$here/rkf-selftests" "$@"
+fi
+
+loaded_testmod=0
+if [[ ! -d /sys/module/rkf_testmod ]]; then
+	built_for=$(modinfo -F vermagic "$RKF_MODDIR/rkf_testmod.ko" 2>/dev/null | cut -d' ' -f1)
+	if [[ $built_for != "$(uname -r)" ]]; then
+		echo "# rkf_testmod: not loaded, and $RKF_MODDIR/rkf_testmod.ko is for ${built_for:-no kernel}, not $(uname -r): the tests that need it fail" >&2
+	elif insmod "$RKF_MODDIR/rkf_testmod.ko"; then
+		loaded_testmod=1
+	else
+		echo "# insmod $RKF_MODDIR/rkf_testmod.ko failed" >&2
+	fi
+fi
+
+"$here/rkf-selftests" "$@"
+rc=$?
+if ((loaded_testmod)) && ! rmmod rkf_testmod; then
+	echo "# rmmod rkf_testmod failed: the module is stuck" >&2
+	rc=1
+fi
+exit "$rc"
