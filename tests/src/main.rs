@@ -5,6 +5,8 @@
 //! Runs on a machine (normally the test VM) with the rkf modules loaded, as root.
 //! Exit status as kselftest expects: 0 all passed, 1 a test failed, 4 nothing ran.
 
+use std::io::Write;
+
 use clap::Parser;
 
 mod harness;
@@ -74,8 +76,12 @@ fn main() {
         })
         .collect();
     if args.list {
+        // Quietly stop when the reader goes away (`--list | head`).
+        let mut out = std::io::stdout().lock();
         for t in &tests {
-            println!("{}", t.name);
+            if writeln!(out, "{}", t.name).is_err() {
+                break;
+            }
         }
         return;
     }

@@ -93,6 +93,10 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    // Output piped into `head` ends the process quietly, as with other Unix tools, instead
+    // of a panic in println!().
+    // SAFETY: restoring the default action of a signal, before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     match Cli::parse().cmd {
         Cmd::Percpu { spec, addr, hex } => cmd_percpu(&spec, addr, hex),
         Cmd::Profile {
