@@ -193,11 +193,16 @@ struct rkf_multi_func {
 /**
  * struct rkf_multi_table - every traced function; replaced whole, under RCU
  * @nr_funcs: functions
+ * @bits:     log2 of the buckets of @index
+ * @index:    open addressing by key, linear probing from hash_64(key, @bits): a bucket
+ *            holds the position in @funcs plus one, or 0 (rkf_core::multi::build_index())
  * @funcs:    sorted by key
  * @progs:    the programs of every function
  */
 struct rkf_multi_table {
 	u32 nr_funcs;
+	u32 bits;
+	const u32 *index;
 	const struct rkf_multi_func *funcs;
 	const struct rkf_multi_prog *progs;
 };

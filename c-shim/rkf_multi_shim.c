@@ -12,6 +12,7 @@
 #include <linux/btf.h>
 #include <linux/filter.h>
 #include <linux/ftrace.h>
+#include <linux/hash.h>
 #include <linux/kallsyms.h>
 #include <linux/rcupdate.h>
 #include <linux/slab.h>
@@ -48,23 +49,22 @@ static const struct rkf_multi_table __rcu *rkf_multi_table;
 static atomic_long_t rkf_multi_inflight = ATOMIC_LONG_INIT(0);
 static bool rkf_multi_exiting;
 
+/* rkf_core::multi::lookup(), which the host tests check against a linear search. */
 static __always_inline const struct rkf_multi_func *
 rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long key)
 {
-	u32 lo = 0, hi = t ? t->nr_funcs : 0;
+	u32 mask, b, pos;
 
-	while (lo < hi) {
-		u32 mid = lo + (hi - lo) / 2;
-		const struct rkf_multi_func *f = &t->funcs[mid];
-
-		if (f->key == key)
-			return f;
-		if (f->key < key)
-			lo = mid + 1;
-		else
-			hi = mid;
+	if (!t)
+		return NULL;
+	mask = (1U << t->bits) - 1;
+	for (b = hash_64(key, t->bits);; b = (b + 1) & mask) {
+		pos = t->index[b];
+		if (!pos)
+			return NULL;
+		if (t->funcs[pos - 1].key == key)
+			return &t->funcs[pos - 1];
 	}
-	return NULL;
 }
 
 /* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */

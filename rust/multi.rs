@@ -110,6 +110,8 @@ mod shim {
     #[repr(C)]
     pub(super) struct TableC {
         pub(super) nr_funcs: u32,
+        pub(super) bits: u32,
+        pub(super) index: *const u32,
         pub(super) funcs: *const FuncC,
         pub(super) progs: *const ProgC,
     }
@@ -222,6 +224,7 @@ struct Link {
 /// The storage of a published table.
 struct Published {
     table: KBox<TableC>,
+    _index: KVVec<u32>,
     _funcs: KVVec<FuncC>,
     _progs: KVVec<ProgC>,
 }
@@ -441,9 +444,14 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
             GFP_KERNEL,
         )?;
     }
+    let bits = core_rules::index_bits(nr_funcs);
+    let mut index = KVVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
+    core_rules::build_index(funcs.iter().map(|f| f.key as u64), &mut index, bits);
     let table = KBox::new(
         TableC {
             nr_funcs: nr_funcs as u32,
+            bits,
+            index: index.as_ptr(),
             funcs: funcs.as_ptr(),
             progs: progs.as_ptr(),
         },
@@ -451,6 +459,7 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
     )?;
     Ok(Some(Published {
         table,
+        _index: index,
         _funcs: funcs,
         _progs: progs,
     }))

@@ -420,7 +420,49 @@ pub fn transitions(
     n
 }
 
-/// Finds `key` in `sites` (sorted), as the trampoline does in C (rkf_multi_lookup()).
-pub fn lookup(sites: &[u64], key: u64) -> Option<usize> {
-    sites.binary_search(&key).ok()
+/// `GOLDEN_RATIO_64` of include/linux/hash.h.
+pub const GOLDEN_RATIO_64: u64 = 0x61C8_8646_80B5_83EB;
+
+/// The home bucket of `key` in an index of `1 << bits` buckets: `hash_64(key, bits)` of
+/// include/linux/hash.h, which the trampoline computes in C (c-shim rkf_multi_lookup()).
+pub fn bucket(key: u64, bits: u32) -> usize {
+    (key.wrapping_mul(GOLDEN_RATIO_64) >> (64 - bits)) as usize
+}
+
+/// The bits of the index for `n` functions: at least twice as many buckets as functions
+/// (so that a lookup probes about 1.5 buckets), and at least 2.
+pub fn index_bits(n: usize) -> u32 {
+    let mut bits = 1;
+    while (1usize << bits) < 2 * n {
+        bits += 1;
+    }
+    bits
+}
+
+/// Builds the open-addressing index of `keys` (distinct): `index` has `1 << bits`
+/// buckets, zeroed by the caller; a bucket holds the position of a key plus one, or 0.
+/// Linear probing from [`bucket()`].  `keys.len()` must be below the bucket count.
+pub fn build_index(keys: impl Iterator<Item = u64>, index: &mut [u32], bits: u32) {
+    let mask = (1usize << bits) - 1;
+    for (pos, key) in keys.enumerate() {
+        let mut b = bucket(key, bits);
+        while index[b] != 0 {
+            b = (b + 1) & mask;
+        }
+        index[b] = pos as u32 + 1;
+    }
+}
+
+/// Finds `key` through an index of [`build_index()`], as the trampoline does in C
+/// (rkf_multi_lookup()): the position of the key, or `None`.
+pub fn lookup(index: &[u32], bits: u32, keys: &[u64], key: u64) -> Option<usize> {
+    let mask = (1usize << bits) - 1;
+    let mut b = bucket(key, bits);
+    loop {
+        let pos = (*index.get(b)? as usize).checked_sub(1)?;
+        if keys[pos] == key {
+            return Some(pos);
+        }
+        b = (b + 1) & mask;
+    }
 }

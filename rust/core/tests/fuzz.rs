@@ -303,17 +303,23 @@ fn fuzz_links() {
                 .filter(|s| !held.contains(s))
                 .collect();
             prop_assert_eq!(&out[..n], &want[..]);
-            // lookup() on sorted sites agrees with a linear search.
+            // The index finds every key, and nothing else (a linear search agrees).
             op_sites.push(probe);
             op_sites.sort_unstable();
             op_sites.dedup();
-            for key in op_sites
-                .iter()
-                .copied()
-                .chain([probe, probe.wrapping_add(1), 0])
-            {
+            let bits = multi::index_bits(op_sites.len());
+            prop_assert!(1usize << bits >= 2 * op_sites.len());
+            let mut index = vec![0; 1 << bits];
+            multi::build_index(op_sites.iter().copied(), &mut index, bits);
+            prop_assert_eq!(index.iter().filter(|&&b| b != 0).count(), op_sites.len());
+            for key in op_sites.iter().copied().chain([
+                probe.wrapping_add(1),
+                probe.wrapping_sub(1),
+                0,
+                u64::MAX,
+            ]) {
                 prop_assert_eq!(
-                    multi::lookup(&op_sites, key),
+                    multi::lookup(&index, bits, &op_sites, key),
                     op_sites.iter().position(|&s| s == key)
                 );
             }

@@ -171,7 +171,10 @@ proptest! {
             prop_assert!(run[..g.fentry].windows(2).all(|w| w[0].seq < w[1].seq));
             prop_assert!(run[g.fentry..].windows(2).all(|w| w[0].seq < w[1].seq));
             let keys: Vec<u64> = gs.iter().map(|g| g.site).collect();
-            prop_assert_eq!(lookup(&keys, g.site).map(|i| keys[i]), Some(g.site));
+            let bits = index_bits(keys.len());
+            let mut index = vec![0; 1 << bits];
+            build_index(keys.iter().copied(), &mut index, bits);
+            prop_assert_eq!(lookup(&index, bits, &keys, g.site).map(|i| keys[i]), Some(g.site));
         }
         let mut seen: Vec<u32> = slots.iter().map(|s| s.idx).collect();
         seen.sort_unstable();

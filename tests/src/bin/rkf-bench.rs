@@ -524,6 +524,45 @@ mod multi {
         for (name, ns) in &rows {
             println!("| {name} | {ns:.0} | {:.2}x |", ns / single);
         }
+
+        // The same hit with many other functions attached: what the lookup of the traced
+        // function costs as the set grows.  The others are attached first and the loop
+        // timed as the baseline, so that calls to them do not count.
+        println!();
+        println!("Per call of getpgid() with other functions attached (ns = instructions):");
+        println!();
+        println!("| functions attached besides | rkf_multi fentry (ns) | kprobe_multi (ns) |");
+        println!("|---------------------------:|----------------------:|------------------:|");
+        let others: Vec<Func> = funcs
+            .iter()
+            .filter(|f| f.name != "__x64_sys_getpgid")
+            .cloned()
+            .collect();
+        for n in [1000usize, 10_000] {
+            if n > others.len() {
+                continue;
+            }
+            let set = &others[..n];
+            let rkf = {
+                let _others = Link::attach(&skel.progs.rkf_fentry, set, None)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let base = getpgid_loop();
+                let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                (getpgid_loop().as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+            };
+            let kprobe = {
+                let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
+                let _others = skel.progs.kprobe_multi.attach_kprobe_multi(false, syms)?;
+                let base = getpgid_loop();
+                let _l = skel
+                    .progs
+                    .kprobe_multi
+                    .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
+                (getpgid_loop().as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+            };
+            println!("| {n} | {rkf:.0} | {kprobe:.0} |");
+        }
         Ok(())
     }
 }
