@@ -86,9 +86,12 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
  * struct rkf_multi_attach - attach a program to a set of functions
  * @prog_fd:   a TRACING program loaded as fentry or fexit against rkf_multi_tmpl6()
  * @cnt:       how many functions
- * @btf_ids:   __u32[@cnt]: the functions' BTF ids (vmlinux, or rkf_multi's own)
+ * @btf_ids:   __u32[@cnt]: the functions' BTF ids
  * @addrs:     __u64[@cnt]: their addresses, as /proc/kallsyms gives them
  * @cookies:   __u64[@cnt]: bpf_get_attach_cookie() for each, or 0 for none
+ * @btf_fds:   __s32[@cnt]: for each function, an fd of the BTF object of the module it
+ *             is in (BPF_BTF_GET_FD_BY_ID), or 0 for vmlinux (and rkf_multi itself);
+ *             or 0 for none: every function in vmlinux
  * @flags:     0
  * @bad_index: out: the function a refusal is about, or ~0
  * @reason:    out: why it was refused (enum Refusal of rust/core/src/multi.rs), or 0
@@ -100,6 +103,7 @@ struct rkf_multi_attach {
 	__u64 btf_ids;
 	__u64 addrs;
 	__u64 cookies;
+	__u64 btf_fds;
 	__u32 flags;
 	__u32 bad_index;
 	__u32 reason;
@@ -149,6 +153,7 @@ struct rkf_multi_link_info {
 
 struct bpf_prog;
 struct btf;
+struct module;
 
 /**
  * struct rkf_multi_stats - counters of one program on one function
@@ -231,7 +236,12 @@ void rkf_multi_exit(u64 *ctx, unsigned long key);
 
 struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id);
 void rkf_multi_prog_put(struct bpf_prog *prog);
-int rkf_multi_shape(const struct bpf_prog *prog, u32 btf_id, struct rkf_multi_shape *shape);
+const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
+int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);
+struct btf *rkf_multi_btf_get(int fd);
+void rkf_multi_btf_put(struct btf *btf);
+struct module *rkf_multi_btf_module(const struct btf *btf);
+void rkf_multi_module_put(struct module *mod);
 bool rkf_multi_is_symbol(unsigned long addr, const char *name);
 unsigned long rkf_multi_site(unsigned long addr);
 bool rkf_multi_site_busy(unsigned long site);
@@ -257,5 +267,9 @@ extern const struct btf_kfunc_id_set rkf_testmod_kfunc_set;
 
 u64 rkf_testmod_leaf(u64 depth);
 u64 rkf_testmod_recurse(u32 depth);
+int rkf_testmod_multi_test1(int a);
+u64 rkf_testmod_multi_test2(s8 a, u64 b);
+s64 rkf_testmod_multi_test3(u16 a, s32 b, u64 c);
+u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f);
 
 #endif /* _RKF_H */

@@ -14,6 +14,7 @@
 #include <linux/ftrace.h>
 #include <linux/hash.h>
 #include <linux/kallsyms.h>
+#include <linux/module.h>
 #include <linux/rcupdate.h>
 #include <linux/slab.h>
 #include <linux/wait_bit.h>
@@ -240,17 +241,26 @@ static void rkf_multi_shape_of(const struct btf *btf, u32 type, u32 slot,
 }
 
 /**
+ * rkf_multi_prog_btf() - the BTF a program was verified against
+ * @prog: an rkf_multi program
+ *
+ * Return: rkf_multi's BTF, split on vmlinux's: it resolves the ids of both.
+ */
+const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog)
+{
+	return prog->aux->attach_btf;
+}
+
+/**
  * rkf_multi_shape() - describe a function by its BTF id, for rust/core/src/multi.rs
- * @prog:   the program to attach; its attach BTF (rkf_multi's, split on vmlinux) resolves
- *          vmlinux and rkf_multi ids
+ * @btf:    the BTF the id is in, from rkf_multi_prog_btf() or rkf_multi_btf_get()
  * @btf_id: the function
- * @shape:  filled in
+ * @shape:  filled in; its name points into @btf
  *
  * Return: 0, or -ENOENT if @btf_id is not a function.
  */
-int rkf_multi_shape(const struct bpf_prog *prog, u32 btf_id, struct rkf_multi_shape *shape)
+int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape)
 {
-	const struct btf *btf = prog->aux->attach_btf;
 	const struct btf_type *func = btf_type_by_id(btf, btf_id);
 	const struct btf_type *proto;
 	const struct btf_param *params;
@@ -271,6 +281,42 @@ int rkf_multi_shape(const struct bpf_prog *prog, u32 btf_id, struct rkf_multi_sh
 	for (i = 0; i < n && i < ARRAY_SIZE(shape->kind) - 1; i++)
 		rkf_multi_shape_of(btf, params[i].type, i + 1, shape);
 	return 0;
+}
+
+/**
+ * rkf_multi_btf_get() - the BTF object behind an fd from user space
+ * @fd: a BTF object fd
+ *
+ * Return: the object, with a reference, or ERR_PTR(-EBADF) (not an fd) or
+ * ERR_PTR(-EINVAL) (not a BTF object).
+ */
+struct btf *rkf_multi_btf_get(int fd)
+{
+	return btf_get_by_fd(fd);
+}
+
+/** rkf_multi_btf_put() - drop a reference from rkf_multi_btf_get() @btf: the object */
+void rkf_multi_btf_put(struct btf *btf)
+{
+	btf_put(btf);
+}
+
+/**
+ * rkf_multi_btf_module() - the module a BTF object describes
+ * @btf: from rkf_multi_btf_get()
+ *
+ * Return: the module, with a reference held while its functions are traced, or NULL if
+ * @btf is not the BTF of a live module (vmlinux's, a program's, or a module going away).
+ */
+struct module *rkf_multi_btf_module(const struct btf *btf)
+{
+	return btf_try_get_module(btf);
+}
+
+/** rkf_multi_module_put() - drop a reference from rkf_multi_btf_module() @mod: it */
+void rkf_multi_module_put(struct module *mod)
+{
+	module_put(mod);
 }
 
 /**

@@ -5,10 +5,14 @@
  *
  * bpf_rkf_testmod_recurse(depth), a kfunc for syscall programs, recurses @depth frames
  * deep through rkf_testmod_recurse() and then calls rkf_testmod_leaf(), where fentry
- * programs take kernel stacks of a chosen depth.  These must be C: fentry attaches
- * through the function's BTF, and Rust code has none.
+ * programs take kernel stacks of a chosen depth.  bpf_rkf_testmod_multi_run() calls
+ * rkf_multi's test targets in a module, rkf_testmod_multi_test*(), with known arguments
+ * and checks what they return, as net/bpf/test_run.c does with bpf_fentry_test*() for
+ * vmlinux.  These must be C: fentry and rkf_multi attach through the function's BTF, and
+ * Rust code has none.
  */
 
+#include <linux/bits.h>
 #include <linux/bpf.h>
 #include <linux/btf.h>
 #include <linux/btf_ids.h>
@@ -51,6 +55,34 @@ noinline u64 rkf_testmod_recurse(u32 depth)
 	return ret;
 }
 
+/*
+ * rkf_multi's test targets in a module.  Not static, so that the compiler can neither
+ * fold a call nor assume what a call returns; barrier() keeps each a real function.
+ */
+noinline int rkf_testmod_multi_test1(int a)
+{
+	barrier();
+	return a + 1;
+}
+
+noinline u64 rkf_testmod_multi_test2(s8 a, u64 b)
+{
+	barrier();
+	return a + b;
+}
+
+noinline s64 rkf_testmod_multi_test3(u16 a, s32 b, u64 c)
+{
+	barrier();
+	return a + b + c;
+}
+
+noinline u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f)
+{
+	barrier();
+	return a + b + c + d + e + f;
+}
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -66,10 +98,34 @@ __bpf_kfunc s64 bpf_rkf_testmod_recurse(u32 depth)
 	return rkf_testmod_recurse(depth);
 }
 
+/**
+ * bpf_rkf_testmod_multi_run() - call rkf_testmod_multi_test*() once each, from a syscall
+ * program, with the arguments tests/progs/multi.bpf.c expects
+ *
+ * Return: 0 if each returned what it must, else a bit per function that did not (bit 0
+ * for test1, 1 for test2, 2 for test3, 3 for test6): a trampoline that corrupted an
+ * argument or the return value shows here.
+ */
+__bpf_kfunc int bpf_rkf_testmod_multi_run(void)
+{
+	int bad = 0;
+
+	if (rkf_testmod_multi_test1(1) != 2)
+		bad |= BIT(0);
+	if (rkf_testmod_multi_test2(-2, 3) != 1)
+		bad |= BIT(1);
+	if (rkf_testmod_multi_test3(4, -5, 6) != 5)
+		bad |= BIT(2);
+	if (rkf_testmod_multi_test6(1, 2, 3, 4, 5, 6) != 21)
+		bad |= BIT(3);
+	return bad;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(rkf_testmod_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_recurse)
+BTF_ID_FLAGS(func, bpf_rkf_testmod_multi_run)
 BTF_KFUNCS_END(rkf_testmod_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {

@@ -42,6 +42,18 @@ mod shim {
         _opaque: [u8; 0],
     }
 
+    /// `struct btf`, opaque.
+    #[repr(C)]
+    pub(super) struct BtfC {
+        _opaque: [u8; 0],
+    }
+
+    /// `struct module`, opaque.
+    #[repr(C)]
+    pub(super) struct ModuleC {
+        _opaque: [u8; 0],
+    }
+
     /// `struct rkf_multi_attach`.
     #[repr(C)]
     #[derive(Clone, Copy, Default)]
@@ -51,6 +63,7 @@ mod shim {
         pub(super) btf_ids: u64,
         pub(super) addrs: u64,
         pub(super) cookies: u64,
+        pub(super) btf_fds: u64,
         pub(super) flags: u32,
         pub(super) bad_index: u32,
         pub(super) reason: u32,
@@ -129,11 +142,12 @@ mod shim {
     extern "C" {
         pub(super) fn rkf_multi_prog_get(fd: u32, fexit: *mut bool, id: *mut u32) -> *mut BpfProgC;
         pub(super) fn rkf_multi_prog_put(prog: *mut BpfProgC);
-        pub(super) fn rkf_multi_shape(
-            prog: *const BpfProgC,
-            btf_id: u32,
-            shape: *mut ShapeC,
-        ) -> c_int;
+        pub(super) fn rkf_multi_prog_btf(prog: *const BpfProgC) -> *const BtfC;
+        pub(super) fn rkf_multi_shape(btf: *const BtfC, btf_id: u32, shape: *mut ShapeC) -> c_int;
+        pub(super) fn rkf_multi_btf_get(fd: c_int) -> *mut BtfC;
+        pub(super) fn rkf_multi_btf_put(btf: *mut BtfC);
+        pub(super) fn rkf_multi_btf_module(btf: *const BtfC) -> *mut ModuleC;
+        pub(super) fn rkf_multi_module_put(module: *mut ModuleC);
         pub(super) fn rkf_multi_is_symbol(addr: usize, name: *const c_char) -> bool;
         pub(super) fn rkf_multi_site(addr: usize) -> usize;
         pub(super) fn rkf_multi_site_busy(site: usize) -> bool;
@@ -197,6 +211,111 @@ impl Drop for ProgRef {
     }
 }
 
+/// A reference on a module's BTF object, from an fd that user space passed.
+///
+/// # Invariants
+///
+/// `ptr` is a BTF object whose reference this object owns.
+struct BtfRef {
+    ptr: *mut shim::BtfC,
+}
+
+impl BtfRef {
+    /// Takes the BTF object of `fd`: `EBADF` if `fd` is not open, `EINVAL` if it is not
+    /// a BTF object.
+    fn get(fd: i32) -> Result<Self> {
+        // SAFETY: any fd may be asked about.
+        let p = kernel::error::from_err_ptr(unsafe { shim::rkf_multi_btf_get(fd) })?;
+        // INVARIANT: the shim returned a reference.
+        Ok(Self { ptr: p })
+    }
+}
+
+impl Drop for BtfRef {
+    fn drop(&mut self) {
+        // SAFETY: this object owns the reference (type invariant).
+        unsafe { shim::rkf_multi_btf_put(self.ptr) };
+    }
+}
+
+/// A reference on a module whose functions a link traces: the module stays loaded while
+/// the link exists, as with a BPF trampoline on a module function.
+///
+/// # Invariants
+///
+/// `ptr` is a module whose reference this object owns.
+struct ModuleRef {
+    ptr: *mut shim::ModuleC,
+}
+
+// SAFETY: a module reference may be dropped from any task.
+unsafe impl Send for ModuleRef {}
+
+impl ModuleRef {
+    /// The module `btf` describes, if it is a live module's BTF.
+    fn of(btf: &BtfRef) -> Option<Self> {
+        // SAFETY: `btf` is a valid BTF object (type invariant of `BtfRef`).
+        let p = unsafe { shim::rkf_multi_btf_module(btf.ptr) };
+        // INVARIANT: a non-NULL result comes with a reference.
+        (!p.is_null()).then_some(Self { ptr: p })
+    }
+}
+
+impl Drop for ModuleRef {
+    fn drop(&mut self) {
+        // SAFETY: this object owns the reference (type invariant).
+        unsafe { shim::rkf_multi_module_put(self.ptr) };
+    }
+}
+
+/// The module BTF objects of a request: one per distinct fd, sorted by fd.
+struct ModuleBtfs {
+    /// The fd, its BTF object, and the module.
+    by_fd: KVVec<(i32, BtfRef, ModuleRef)>,
+}
+
+impl ModuleBtfs {
+    /// Takes the BTF object and module of every distinct non-zero fd of `fds`.  A fd
+    /// that is not a live module's BTF is refused, naming the first function given it.
+    fn get(fds: &[i32]) -> Result<Self, AttachError> {
+        let mut sorted = KVVec::<(i32, u32)>::with_capacity(fds.len(), GFP_KERNEL)?;
+        for (i, &fd) in fds.iter().enumerate() {
+            if fd != 0 {
+                sorted.push((fd, i as u32), GFP_KERNEL)?;
+            }
+        }
+        core_rules::sort_by_key(&mut sorted, |&(fd, i)| (fd, i));
+        let mut by_fd = KVVec::new();
+        for (k, &(fd, i)) in sorted.iter().enumerate() {
+            if k > 0 && sorted[k - 1].0 == fd {
+                continue;
+            }
+            let btf = BtfRef::get(fd)?;
+            let module = ModuleRef::of(&btf).ok_or(AttachError::Refused(Refused::new(
+                i as usize,
+                Refusal::NotModuleBtf,
+            )))?;
+            by_fd.push((fd, btf, module), GFP_KERNEL)?;
+        }
+        Ok(Self { by_fd })
+    }
+
+    /// The BTF object of `fd`, taken by [`ModuleBtfs::get()`].
+    fn btf(&self, fd: i32) -> Option<*const shim::BtfC> {
+        let i = self.by_fd.binary_search_by_key(&fd, |(f, _, _)| *f).ok()?;
+        Some(self.by_fd[i].1.ptr)
+    }
+
+    /// The modules, for the link to hold; the BTF objects are dropped.
+    fn into_modules(self) -> Result<KVVec<ModuleRef>> {
+        let mut out = KVVec::with_capacity(self.by_fd.len(), GFP_KERNEL)?;
+        for (_, _, m) in self.by_fd {
+            out.push(m, GFP_KERNEL)?;
+        }
+        Ok(out)
+    }
+}
+
 /// One function of a link.
 #[derive(Clone, Copy)]
 struct Target {
@@ -219,6 +338,8 @@ struct Link {
     /// The counters of each target, in the same order; the table points into them, so
     /// the vector is never resized.
     stats: KVVec<StatsC>,
+    /// The modules (other than rkf_multi) whose functions it traces.
+    modules: KVVec<ModuleRef>,
 }
 
 /// The storage of a published table.
@@ -338,7 +459,12 @@ fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVVe
 }
 
 /// Checks one function: its BTF shape, its address, and that ftrace can hook it for us.
-fn check_target(prog: &ProgRef, index: usize, btf_id: u32, addr: u64) -> Result<Target, Refused> {
+fn check_target(
+    btf: *const shim::BtfC,
+    index: usize,
+    btf_id: u32,
+    addr: u64,
+) -> Result<Target, Refused> {
     let refuse = |why| Refused::new(index, why);
     let mut shape = ShapeC {
         name: ptr::null(),
@@ -347,8 +473,9 @@ fn check_target(prog: &ProgRef, index: usize, btf_id: u32, addr: u64) -> Result<
         kind: [0; 8],
         size: [0; 8],
     };
-    // SAFETY: the program is alive (`prog`), `shape` is valid for writes.
-    if unsafe { shim::rkf_multi_shape(prog.ptr, btf_id, &mut shape) } != 0 || shape.name.is_null() {
+    // SAFETY: `btf` is alive (the caller holds the program or the BTF object), `shape` is
+    // valid for writes.
+    if unsafe { shim::rkf_multi_shape(btf, btf_id, &mut shape) } != 0 || shape.name.is_null() {
         return Err(refuse(Refusal::NotAFunction));
     }
     let nr_args = core_rules::check_shape(
@@ -358,7 +485,7 @@ fn check_target(prog: &ProgRef, index: usize, btf_id: u32, addr: u64) -> Result<
         &shape.size,
     )
     .map_err(refuse)?;
-    // SAFETY: the name is a NUL-terminated string of the BTF, alive with the program.
+    // SAFETY: the name is a NUL-terminated string of `btf`, alive for this call.
     let name = unsafe { CStr::from_char_ptr(shape.name) };
     if core_rules::denied(name.to_bytes()) {
         return Err(refuse(Refusal::Denied));
@@ -516,11 +643,11 @@ fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
 }
 
 /// Whether a link other than `links[skip]` holds `site`.
-fn held_by_others(links: &[Link], skip: Option<usize>, site: u64) -> bool {
+fn held_by_others(links: &[Link], skip: usize, site: u64) -> bool {
     links
         .iter()
         .enumerate()
-        .any(|(i, l)| Some(i) != skip && l.targets.binary_search_by_key(&site, |t| t.site).is_ok())
+        .any(|(i, l)| i != skip && l.targets.binary_search_by_key(&site, |t| t.site).is_ok())
 }
 
 /// Hooks or unhooks `sites` in one ftrace update.
@@ -548,12 +675,23 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         0 => None,
         a => Some(read_array(a, n)?),
     };
+    let fds: Option<KVVec<i32>> = match req.btf_fds {
+        0 => None,
+        a => Some(read_array(a, n)?),
+    };
     let (prog, fexit, prog_id) = ProgRef::get(req.prog_fd)?;
+    let modules = ModuleBtfs::get(fds.as_deref().unwrap_or(&[]))?;
+    // SAFETY: `prog` holds the program, and so its attach BTF.
+    let prog_btf = unsafe { shim::rkf_multi_prog_btf(prog.ptr) };
 
     // Each function on its own, in request order, so that the first bad one is named.
     let mut targets = KVVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
     for i in 0..n {
-        let mut t = check_target(&prog, i, ids[i], addrs[i]).map_err(AttachError::Refused)?;
+        let btf = match fds.as_ref().map_or(0, |f| f[i]) {
+            0 => prog_btf,
+            fd => modules.btf(fd).ok_or(EINVAL)?,
+        };
+        let mut t = check_target(btf, i, ids[i], addrs[i]).map_err(AttachError::Refused)?;
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
@@ -565,8 +703,11 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         )));
     }
 
+    let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
+    let mut nr_new = 0;
     let mut reg = LINKS.lock();
-    // Limits per function, against the links already there.
+    // Limits per function, against the links already there, and in the same pass the
+    // functions no link holds yet: those the attach hooks in ftrace.
     for (t, i) in targets.iter() {
         let mut on_site = 0u32;
         for l in reg.links.iter() {
@@ -586,6 +727,10 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
                 Refusal::TooManyLinks,
             )));
         }
+        if on_site == 0 {
+            new_sites[nr_new] = t.site;
+            nr_new += 1;
+        }
     }
 
     let mut link_targets = KVVec::with_capacity(n, GFP_KERNEL)?;
@@ -600,13 +745,8 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
             GFP_KERNEL,
         )?;
     }
-    let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
-    let nr_new = core_rules::transitions(
-        targets.iter().map(|(t, _)| t.site),
-        |s| held_by_others(&reg.links, None, s),
-        &mut new_sites,
-    );
 
+    let modules = modules.into_modules()?;
     let id = reg.next_id;
     reg.links.push(
         Link {
@@ -616,6 +756,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
             fexit,
             targets: link_targets,
             stats,
+            modules,
         },
         GFP_KERNEL,
     )?;
@@ -657,18 +798,21 @@ fn detach(id: u64) {
     };
     let n = core_rules::transitions(
         links[pos].targets.iter().map(|t| t.site),
-        |s| held_by_others(links, Some(pos), s),
+        |s| held_by_others(links, pos, s),
         &mut out,
     );
     let gone = (out, n);
-    let Ok(link) = reg.links.remove(pos) else {
+    let Ok(mut link) = reg.links.remove(pos) else {
         return;
     };
+    // The traced modules stay until their functions are unhooked, below.
+    let modules = core::mem::replace(&mut link.modules, KVVec::new());
     let table = match build_table(&reg.links) {
         Ok(t) => t,
         Err(_) => {
             pr_err!("out of memory detaching link {}: it stays attached\n", id);
             // Put it back where it was.
+            link.modules = modules;
             let _ = reg.links.insert_within_capacity(pos, link);
             return;
         }
@@ -678,12 +822,16 @@ fn detach(id: u64) {
     publish(&mut reg, table, Some(link));
     if let Err(e) = ftrace_update(&gone.0[..gone.1], false) {
         pr_err!(
-            "unhooking {} functions of link {}: {:?}; they stay hooked, running no program\n",
+            "unhooking {} functions of link {}: {:?}; they stay hooked, running no program, and their modules stay loaded\n",
             gone.1,
             id,
             e
         );
+        // A module must not go while ftrace still calls into its functions for us.
+        core::mem::forget(modules);
+        return;
     }
+    drop(modules);
 }
 
 /// Fills `info` for link `info.id` (or `own`, this file's link, if it is 0).

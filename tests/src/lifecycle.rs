@@ -45,6 +45,10 @@ pub const TESTS: &[Test] = &[
         run: multi_pinned_by_link,
     },
     Test {
+        name: "multi_traced_module_pinned_by_link",
+        run: multi_traced_module_pinned,
+    },
+    Test {
         name: "multi_rmmod_with_fexit_in_flight",
         run: multi_rmmod_in_flight,
     },
@@ -221,6 +225,40 @@ fn multi_pinned_by_link() -> Result<()> {
     rmmod_wait(MULTI, Duration::from_secs(20))?;
     insmod(&ko).context("insmod rkf_multi again")?;
     crate::multi::smoke().context("rkf_multi after reload")
+}
+
+/// A link on functions of another module (rkf_testmod) pins that module, as a BPF
+/// trampoline on a module function does; after close it unloads, reloads, and its
+/// functions can be traced again.
+fn multi_traced_module_pinned() -> Result<()> {
+    const TESTMOD: &str = "rkf_testmod";
+    const TARGETS: &str = "rkf_testmod:rkf_testmod_multi_test*";
+    rkf::modules::require(MULTI)?;
+    rkf::modules::require(TESTMOD)?;
+    let ko = moddir()?.join(format!("{TESTMOD}.ko"));
+    let mut obj = MaybeUninit::uninit();
+    let (skel, _) = crate::multi::setup(&mut obj)?;
+    {
+        let funcs = rkf::multi::resolve(&[TARGETS])?.funcs;
+        let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let err = rmmod(TESTMOD)
+            .err()
+            .context("rmmod rkf_testmod succeeded while rkf_multi traces its functions")?;
+        diag!("rmmod {TESTMOD} while traced: {err}");
+        check_eq!(
+            err.raw_os_error(),
+            Some(libc::EAGAIN),
+            "rmmod errno while traced"
+        );
+    }
+    rmmod_wait(TESTMOD, Duration::from_secs(20))?;
+    insmod(&ko).context("insmod rkf_testmod again")?;
+    // The reloaded module's functions (new addresses, new BTF object) attach.
+    let funcs = rkf::multi::resolve(&[TARGETS])?.funcs;
+    rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
+        .map_err(|e| anyhow::anyhow!("attach after reload: {e}"))?;
+    Ok(())
 }
 
 /// rmmod right after heavy fexit traffic, with a task asleep inside a traced function

@@ -67,6 +67,10 @@ pub const TESTS: &[Test] = &[
         run: unprivileged,
     },
     Test {
+        name: "multi_module_targets",
+        run: module_targets,
+    },
+    Test {
         name: "multi_funccount_glob",
         run: funccount_glob,
     },
@@ -372,6 +376,7 @@ fn notrace_function(funcs: &[Func]) -> Result<Func> {
         if let Ok(addr) = k.lookup(&f.name, None) {
             return Ok(Func {
                 name: f.name,
+                module: None,
                 btf_id: f.btf_id,
                 addr,
                 nr_args: f.nr_params,
@@ -681,6 +686,215 @@ fn unprivileged() -> Result<()> {
     Ok(())
 }
 
+/// `struct rkf_multi_attach` (c-shim/rkf.h), for requests the library would not make.
+#[repr(C)]
+#[derive(Default)]
+struct RawAttach {
+    prog_fd: u32,
+    cnt: u32,
+    btf_ids: u64,
+    addrs: u64,
+    cookies: u64,
+    btf_fds: u64,
+    flags: u32,
+    bad_index: u32,
+    reason: u32,
+    pad: u32,
+}
+
+/// An attach request with the BTF fds given: the errno (0 if it attached, and then the
+/// link is detached again), and the index and reason of a refusal.
+fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32, u32, u32)> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(multi::DEVICE)?;
+    let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
+    let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+    let mut req = RawAttach {
+        prog_fd: prog.as_fd().as_raw_fd() as u32,
+        cnt: funcs.len() as u32,
+        btf_ids: ids.as_ptr() as u64,
+        addrs: addrs.as_ptr() as u64,
+        btf_fds: btf_fds.as_ptr() as u64,
+        ..Default::default()
+    };
+    let cmd =
+        (3u64 << 30) | ((std::mem::size_of::<RawAttach>() as u64) << 16) | ((b'r' as u64) << 8) | 1;
+    // SAFETY: RKF_MULTI_IOC_ATTACH with its struct; the arrays outlive the call.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, &mut req) };
+    let errno = if r < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    };
+    Ok((errno, req.bad_index, req.reason))
+}
+
+/// Functions of another module, rkf_testmod's rkf_testmod_multi_test*(), called once each
+/// with known arguments by bpf_rkf_testmod_multi_run(), which checks their return values:
+/// arguments, argument counts, cookies and return values through ctx and the helpers;
+/// then the refusals of BTF objects that are not a module's.
+fn module_targets() -> Result<()> {
+    use crate::skel::multi_testmod::MultiTestmodSkelBuilder;
+    modules::require("rkf_testmod")?;
+    let mut funcs = multi::resolve(&["rkf_testmod:rkf_testmod_multi_test*"])?.funcs;
+    funcs.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    check_eq!(
+        names,
+        [
+            "rkf_testmod_multi_test1",
+            "rkf_testmod_multi_test2",
+            "rkf_testmod_multi_test3",
+            "rkf_testmod_multi_test6"
+        ],
+        "rkf_testmod's test targets"
+    );
+    check!(
+        funcs
+            .iter()
+            .all(|f| f.module.as_deref() == Some("rkf_testmod")),
+        "resolved as rkf_testmod's: {funcs:?}"
+    );
+    // Per function: the argument count, (mask, value) of each argument (narrow arguments
+    // leave the register's upper bits undefined), and (mask, value) of the return value.
+    type Masked = (u64, u64);
+    const W32: u64 = 0xffff_ffff;
+    let want: [(u64, &[Masked], Masked); 4] = [
+        (1, &[(W32, 1)], (W32, 2)),
+        (2, &[(0xff, 0xfe), (u64::MAX, 3)], (u64::MAX, 1)),
+        (
+            3,
+            &[(0xffff, 4), (W32, 0xffff_fffb), (u64::MAX, 6)],
+            (u64::MAX, 5),
+        ),
+        (
+            6,
+            &[
+                (u64::MAX, 1),
+                (u64::MAX, 2),
+                (u64::MAX, 3),
+                (u64::MAX, 4),
+                (u64::MAX, 5),
+                (u64::MAX, 6),
+            ],
+            (u64::MAX, 21),
+        ),
+    ];
+
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let mut tobj = MaybeUninit::uninit();
+    let tm = MultiTestmodSkelBuilder::default()
+        .open(&mut tobj)?
+        .load()
+        .context("loading multi_testmod.bpf.c")?;
+    let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0xc0de_0000 + i).collect();
+    let fentry = attach(&skel.progs.multi_fentry, &funcs, Some(&cookies))?;
+    let _fexit = attach(&skel.progs.multi_fexit, &funcs, Some(&cookies))?;
+    let info = fentry.info()?;
+    check_eq!(info.funcs.len(), funcs.len(), "functions of the link");
+    reset(&mut skel)?;
+    tm.progs
+        .run_testmod_targets
+        .test_run(ProgramInput::default())
+        .context("BPF_PROG_TEST_RUN of run_testmod_targets")?;
+    let bad = tm
+        .maps
+        .data_data
+        .as_deref()
+        .context("no .data")?
+        .bad_returns;
+    check_eq!(
+        bad,
+        0,
+        "bpf_rkf_testmod_multi_run(): functions that returned a wrong value (bit mask)"
+    );
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.unknown_ip,
+        0,
+        "calls with an unexpected bpf_get_func_ip()"
+    );
+    for (i, (f, (nr, args, (rmask, ret)))) in funcs.iter().zip(want).enumerate() {
+        for (what, r) in [
+            ("fentry", &bss.fentry_recs[i]),
+            ("fexit", &bss.fexit_recs[i]),
+        ] {
+            check_eq!(r.hits, 1, "{what} {}: hits", f.name);
+            check_eq!(r.nr_args, nr, "{what} {}: bpf_get_func_arg_cnt()", f.name);
+            check_eq!(r.arg_err, 0, "{what} {}: helper errors", f.name);
+            check_eq!(r.cookie, cookies[i], "{what} {}: cookie", f.name);
+            for (j, &(mask, v)) in args.iter().enumerate() {
+                check_eq!(r.args[j] & mask, v, "{what} {}: ctx argument {j}", f.name);
+                check_eq!(
+                    r.helper_args[j],
+                    r.args[j],
+                    "{what} {}: bpf_get_func_arg({j}) against ctx",
+                    f.name
+                );
+            }
+        }
+        let r = &bss.fexit_recs[i];
+        check_eq!(
+            r.ret & rmask,
+            ret,
+            "fexit {}: return value through ctx",
+            f.name
+        );
+        check_eq!(
+            r.helper_ret,
+            r.ret,
+            "fexit {}: bpf_get_func_ret() against ctx",
+            f.name
+        );
+    }
+    drop(fentry);
+
+    // BTF objects that are not a loaded module's.
+    let vmlinux = rkf::btf::object_fd("vmlinux")?;
+    let prog_fd = std::os::fd::AsRawFd::as_raw_fd(&skel.progs.count_fentry1.as_fd());
+    let n = funcs.len();
+    let cases: [(&str, i32, (i32, u32, u32)); 3] = [
+        (
+            "vmlinux's BTF",
+            std::os::fd::AsRawFd::as_raw_fd(&vmlinux),
+            (libc::EINVAL, 0, Refusal::NotModuleBtf as u32),
+        ),
+        ("a program fd", prog_fd, (libc::EINVAL, u32::MAX, 0)),
+        ("no fd", 9999, (libc::EBADF, u32::MAX, 0)),
+    ];
+    for (what, fd, want) in cases {
+        let fds = vec![fd; n];
+        let got = raw_attach(&skel.progs.count_fentry1, &funcs, &fds)?;
+        diag!(
+            "BTF fd of {what}: errno {}, function {}, reason {}",
+            got.0,
+            got.1,
+            got.2
+        );
+        check_eq!(
+            got,
+            want,
+            "attach with the BTF fd of {what}: (errno, index, reason)"
+        );
+    }
+    // Nothing of those attempts runs.
+    reset(&mut skel)?;
+    tm.progs
+        .run_testmod_targets
+        .test_run(ProgramInput::default())?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.counts[1][..n].iter().sum::<u64>(),
+        0,
+        "hits of refused links"
+    );
+    Ok(())
+}
+
 /// The skeleton with bpf_fentry_test1..9 in its table, and the functions.
 pub(crate) fn setup(
     obj: &mut MaybeUninit<libbpf_rs::OpenObject>,
@@ -819,18 +1033,32 @@ fn ioctl_fuzz() -> Result<()> {
         let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
         let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
         let cookies: Vec<u64> = (0..funcs.len() as u64).collect();
+        // BTF fds for the functions: a module's (rkf_multi's own, which resolves vmlinux
+        // ids too), vmlinux's (not a module's), and non-BTF fds.
+        let module_btf = rkf::btf::object_fd("rkf_multi")?;
+        let vmlinux_btf = rkf::btf::object_fd("vmlinux")?;
+        let btf_fds: Vec<i32> = vec![
+            module_btf.as_raw_fd(),
+            vmlinux_btf.as_raw_fd(),
+            fds[0],
+            fds[4],
+            9999,
+            -1,
+        ];
         let pool: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
         let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
         let results = std::thread::scope(|s| {
             let workers: Vec<_> = (0..2u64)
                 .map(|t| {
-                    let (fds, ids, addrs, cookies, pool) = (&fds, &ids, &addrs, &cookies, &pool);
+                    let (fds, ids, addrs, cookies, pool, btf_fds) =
+                        (&fds, &ids, &addrs, &cookies, &pool, &btf_fds);
                     s.spawn(move || -> Result<std::collections::BTreeMap<i32, u64>> {
                         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
                         let mut seen = std::collections::BTreeMap::new();
                         // Mutable copies the requests point into, some of them mutated.
                         let mut ids_buf = ids.clone();
                         let mut addrs_buf = addrs.clone();
+                        let mut btf_fds_buf = vec![0i32; ids.len()];
                         let mut info_buf = vec![[0u64; 4]; 64];
                         for i in 0..PER_THREAD {
                             let file = std::fs::OpenOptions::new()
@@ -849,6 +1077,10 @@ fn ioctl_fuzz() -> Result<()> {
                                     1 => addrs[rng.below(n as u64) as usize] + rng.below(16),
                                     _ => addrs[k],
                                 };
+                                btf_fds_buf[k] = match rng.below(4) {
+                                    0 => btf_fds[rng.below(btf_fds.len() as u64) as usize],
+                                    _ => 0,
+                                };
                             }
                             let cnt: u32 = match rng.below(10) {
                                 0 => 0,
@@ -863,7 +1095,7 @@ fn ioctl_fuzz() -> Result<()> {
                                 2 => u64::MAX - 7,
                                 _ => valid,
                             };
-                            let mut req = [0u64; 6];
+                            let mut req = [0u64; 7];
                             let prog_fd = fds[rng.below(fds.len() as u64) as usize];
                             req[0] = u64::from(prog_fd as u32) | (u64::from(cnt) << 32);
                             req[1] = ptr(ids_buf.as_ptr() as u64, &mut rng);
@@ -872,13 +1104,17 @@ fn ioctl_fuzz() -> Result<()> {
                                 0 => 0,
                                 _ => ptr(cookies.as_ptr() as u64, &mut rng),
                             };
-                            req[4] = if rng.below(20) == 0 { rng.next() } else { 0 };
+                            req[4] = match rng.below(3) {
+                                0 => ptr(btf_fds_buf.as_ptr() as u64, &mut rng),
+                                _ => 0,
+                            };
+                            req[5] = if rng.below(20) == 0 { rng.next() } else { 0 };
                             let cmd: u64 = match rng.below(20) {
                                 0 => rng.next() & 0xffff_ffff,
                                 1 => (3 << 30) | (rng.below(64) << 16) | ((b'r' as u64) << 8) | 1,
-                                _ => (3 << 30) | (48 << 16) | ((b'r' as u64) << 8) | 1,
+                                _ => (3 << 30) | (56 << 16) | ((b'r' as u64) << 8) | 1,
                             };
-                            // SAFETY: `req` is 48 bytes; a wrong command or size only makes
+                            // SAFETY: `req` is 56 bytes; a wrong command or size only makes
                             // the kernel read less, or refuse.
                             let r = unsafe {
                                 libc::ioctl(file.as_raw_fd(), cmd as _, req.as_mut_ptr())

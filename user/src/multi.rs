@@ -12,7 +12,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     fmt,
     fs::{File, OpenOptions},
-    os::fd::{AsFd, AsRawFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd},
 };
 
 use anyhow::{bail, Context, Result};
@@ -32,6 +32,7 @@ struct AttachC {
     btf_ids: u64,
     addrs: u64,
     cookies: u64,
+    btf_fds: u64,
     flags: u32,
     bad_index: u32,
     reason: u32,
@@ -77,7 +78,9 @@ const IOC_INFO: u64 = iowr(2, std::mem::size_of::<LinkInfoC>());
 pub struct Func {
     /// Its name.
     pub name: String,
-    /// Its vmlinux BTF id.
+    /// The module it is in, or `None` for vmlinux.
+    pub module: Option<String>,
+    /// Its BTF id, in vmlinux's BTF or its module's.
     pub btf_id: u32,
     /// Its address.
     pub addr: u64,
@@ -123,7 +126,8 @@ impl Resolved {
     }
 }
 
-/// The names ftrace can hook: vmlinux lines of available_filter_functions, with counts.
+/// The functions ftrace can hook, with counts: the lines of available_filter_functions,
+/// `name` for vmlinux and `name [module]` for modules.
 fn ftrace_functions() -> Result<HashMap<String, u32>> {
     let paths = [
         "/sys/kernel/tracing/available_filter_functions",
@@ -140,74 +144,117 @@ fn ftrace_functions() -> Result<HashMap<String, u32>> {
         })?;
     let mut m = HashMap::new();
     for line in text.lines() {
-        // "name" for vmlinux, "name [module]" for modules.
-        if line.contains(' ') {
-            continue;
-        }
         *m.entry(line.to_string()).or_insert(0) += 1;
     }
     Ok(m)
 }
 
-/// Resolves `patterns` (function names or globs such as `vfs_*`) to vmlinux functions.
+/// Splits `MODULE:GLOB` into the module and the glob; a pattern without `:` is vmlinux's.
+fn split_pattern(p: &str) -> (Option<&str>, &str) {
+    match p.split_once(':') {
+        Some((m, g)) => (Some(m), g),
+        None => (None, p),
+    }
+}
+
+/// Resolves `patterns` to functions: names or globs such as `vfs_*` for vmlinux, and
+/// `MODULE:NAME` or `MODULE:GLOB` (for example `rkf_testmod:rkf_testmod_multi_*`) for a
+/// loaded module's functions.
 ///
 /// A function named exactly must be attachable: otherwise this fails, saying why.  A glob
 /// leaves out what cannot be attached, and says how many and why in
 /// [`Resolved::skipped`].  Fails if nothing is left.
 pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
-    let btf = RawBtf::vmlinux()?;
+    let vmlinux = RawBtf::vmlinux()?;
     let ksyms = Kallsyms::load()?;
     let ftrace = ftrace_functions()?;
-    let mut addrs: HashMap<&str, (u64, u32)> = HashMap::new();
-    for s in ksyms.symbols() {
-        if s.module.is_none() && matches!(s.kind, 't' | 'T') {
-            let e = addrs.entry(s.name.as_str()).or_insert((s.addr, 0));
-            e.1 += 1;
-        }
-    }
     let mut out = Resolved::default();
     let mut matched = vec![false; patterns.len()];
-    let mut seen = std::collections::HashSet::new();
-    for f in btf.funcs()? {
-        let Some(pi) = patterns
+    // One pass per BTF object named, vmlinux's first.
+    let mut objects: Vec<Option<&str>> = vec![None];
+    for p in patterns {
+        let (m, _) = split_pattern(p);
+        if !objects.contains(&m) {
+            objects.push(m);
+        }
+    }
+    for object in objects {
+        let mine: Vec<(usize, &str)> = patterns
             .iter()
-            .position(|p| rules::glob_match(p.as_bytes(), f.name.as_bytes()))
-        else {
-            continue;
-        };
-        matched[pi] = true;
-        // BTF may describe a function twice (once per compilation unit that declares it).
-        if !seen.insert(f.name.clone()) {
+            .enumerate()
+            .map(|(i, p)| (i, split_pattern(p)))
+            .filter(|(_, (m, _))| *m == object)
+            .map(|(i, (_, g))| (i, g))
+            .collect();
+        if mine.is_empty() {
             continue;
         }
-        let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
-            Err(r) => Some(Skip::Refused(r as u32)),
-            Ok(_) if rules::denied(f.name.as_bytes()) => {
-                Some(Skip::Refused(Refusal::Denied as u32))
+        let module_btf;
+        let btf = match object {
+            None => &vmlinux,
+            Some(m) => {
+                module_btf = RawBtf::module(&vmlinux, m)
+                    .with_context(|| format!("module {m} (is it loaded, with BTF?)"))?;
+                &module_btf
             }
-            Ok(_) => match (ftrace.get(f.name.as_str()), addrs.get(f.name.as_str())) {
-                (None, _) => Some(Skip::Refused(Refusal::NotTraceable as u32)),
-                (_, None) => Some(Skip::NoSymbol),
-                (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
-                _ => None,
-            },
         };
-        match skip {
-            Some(why) if !rules::is_glob(patterns[pi].as_bytes()) => {
-                bail!("cannot attach to {}: {why}", f.name);
+        let mut addrs: HashMap<&str, (u64, u32)> = HashMap::new();
+        for s in ksyms.symbols() {
+            if s.module.as_deref() == object && matches!(s.kind, 't' | 'T') {
+                let e = addrs.entry(s.name.as_str()).or_insert((s.addr, 0));
+                e.1 += 1;
             }
-            Some(why) => out.skipped.entry(why).or_default().push(f.name),
-            None => out.funcs.push(Func {
-                addr: addrs[f.name.as_str()].0,
-                nr_args: f.nr_params,
-                btf_id: f.btf_id,
-                name: f.name,
-            }),
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in btf.funcs()? {
+            let Some(&(pi, glob)) = mine
+                .iter()
+                .find(|(_, g)| rules::glob_match(g.as_bytes(), f.name.as_bytes()))
+            else {
+                continue;
+            };
+            matched[pi] = true;
+            // BTF may describe a function twice (once per compilation unit that declares it).
+            if !seen.insert(f.name.clone()) {
+                continue;
+            }
+            let ftrace_name = match object {
+                None => f.name.clone(),
+                Some(m) => format!("{} [{m}]", f.name),
+            };
+            let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
+                Err(r) => Some(Skip::Refused(r as u32)),
+                Ok(_) if rules::denied(f.name.as_bytes()) => {
+                    Some(Skip::Refused(Refusal::Denied as u32))
+                }
+                Ok(_) => match (ftrace.get(&ftrace_name), addrs.get(f.name.as_str())) {
+                    (None, _) => Some(Skip::Refused(Refusal::NotTraceable as u32)),
+                    (_, None) => Some(Skip::NoSymbol),
+                    (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
+                    _ => None,
+                },
+            };
+            match skip {
+                Some(why) if !rules::is_glob(glob.as_bytes()) => {
+                    bail!("cannot attach to {ftrace_name}: {why}");
+                }
+                Some(why) => out.skipped.entry(why).or_default().push(ftrace_name),
+                None => out.funcs.push(Func {
+                    addr: addrs[f.name.as_str()].0,
+                    nr_args: f.nr_params,
+                    btf_id: f.btf_id,
+                    module: object.map(str::to_string),
+                    name: f.name,
+                }),
+            }
         }
     }
     for (p, m) in patterns.iter().zip(&matched) {
         if !m {
-            bail!("no function matches {p} (in vmlinux BTF)");
+            match split_pattern(p) {
+                (Some(m), g) => bail!("no function of module {m} matches {g} (in its BTF)"),
+                (None, _) => bail!("no function matches {p} (in vmlinux BTF)"),
+            }
         }
     }
     if out.funcs.is_empty() {
@@ -300,12 +347,30 @@ impl Link {
         }
         let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
         let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+        // The BTF object of each module named, open for the request.
+        let mut objects: BTreeMap<&str, OwnedFd> = BTreeMap::new();
+        for m in funcs.iter().filter_map(|f| f.module.as_deref()) {
+            if !objects.contains_key(m) {
+                let fd = crate::btf::object_fd(m)
+                    .map_err(|e| plain(libc::ENOENT, format!("the BTF of module {m}: {e:#}")))?;
+                objects.insert(m, fd);
+            }
+        }
+        let fds: Vec<i32> = funcs
+            .iter()
+            .map(|f| f.module.as_deref().map_or(0, |m| objects[m].as_raw_fd()))
+            .collect();
         let mut req = AttachC {
             prog_fd: prog.as_fd().as_raw_fd() as u32,
             cnt: funcs.len() as u32,
             btf_ids: ids.as_ptr() as u64,
             addrs: addrs.as_ptr() as u64,
             cookies: cookies.map_or(0, |c| c.as_ptr() as u64),
+            btf_fds: if objects.is_empty() {
+                0
+            } else {
+                fds.as_ptr() as u64
+            },
             ..AttachC::default()
         };
         let start = std::time::Instant::now();
@@ -329,8 +394,12 @@ impl Link {
                     .map(|r| (req.bad_index as usize, r));
                 let message = match refused {
                     Some((i, r)) => format!(
-                        "rkf_multi refused {}: {} ({e})",
+                        "rkf_multi refused {}{}: {} ({e})",
                         funcs[i].name,
+                        funcs[i]
+                            .module
+                            .as_deref()
+                            .map_or(String::new(), |m| format!(" [{m}]")),
                         r.describe()
                     ),
                     None => format!("rkf_multi attach of {} functions: {e}", funcs.len()),

@@ -54,6 +54,9 @@ pub enum Refusal {
     TooManyLinks = 9,
     /// The program is already attached to the function through another link (`EBUSY`).
     SameProgram = 10,
+    /// The BTF object given for the function is not the BTF of a loaded module, or its
+    /// module is going away (`EINVAL`).
+    NotModuleBtf = 11,
 }
 
 impl Refusal {
@@ -66,7 +69,7 @@ impl Refusal {
             Self::WrongAddress | Self::TooManyArgs | Self::NotInRegisters | Self::Duplicate => {
                 EINVAL
             }
-            Self::Denied => EINVAL,
+            Self::Denied | Self::NotModuleBtf => EINVAL,
         }
     }
 
@@ -83,6 +86,7 @@ impl Refusal {
             8 => Self::Denied,
             9 => Self::TooManyLinks,
             10 => Self::SameProgram,
+            11 => Self::NotModuleBtf,
             _ => return None,
         })
     }
@@ -102,6 +106,7 @@ impl Refusal {
             Self::Denied => "the trampoline needs it, or it never returns (deny list)",
             Self::TooManyLinks => "already 38 links on it",
             Self::SameProgram => "the program is attached to it through another link",
+            Self::NotModuleBtf => "its BTF object is not the BTF of a loaded module",
         }
     }
 }

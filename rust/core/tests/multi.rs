@@ -74,13 +74,14 @@ fn counts_and_duplicates() {
 
 #[test]
 fn refusals_round_trip() {
-    for v in 1..=10 {
+    for v in 1..=11 {
         let r = Refusal::from_raw(v).unwrap();
         assert_eq!(r as u32, v);
         assert!(!r.describe().is_empty());
         assert!([EINVAL, E2BIG, ENOENT, EBUSY].contains(&r.errno()));
     }
     assert_eq!(Refusal::from_raw(0), None);
+    assert_eq!(Refusal::from_raw(12), None);
     assert_eq!(Refusal::Busy.errno(), EBUSY);
     assert_eq!(Refusal::NotTraceable.errno(), ENOENT);
     assert!(denied(b"migrate_disable") && !denied(b"vfs_read"));
