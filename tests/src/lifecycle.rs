@@ -125,15 +125,7 @@ fn pinned_by_program() -> Result<()> {
     {
         let mut obj = MaybeUninit::uninit();
         let _skel = PercpuSkelBuilder::default().open(&mut obj)?.load()?;
-        let err = rmmod(MODULE)
-            .err()
-            .context("rmmod succeeded while a program uses the kfuncs")?;
-        diag!("rmmod {MODULE} with a program loaded: {err}");
-        check_eq!(
-            err.raw_os_error(),
-            Some(libc::EAGAIN),
-            "rmmod errno while in use"
-        );
+        rmmod_refused(MODULE, "a program uses its kfuncs")?;
     }
     // The program is gone (its fd closed); the module goes once the kernel frees it.
     rmmod_wait(MODULE, Duration::from_secs(10))?;
@@ -202,6 +194,20 @@ fn other_kernel_refused() -> Result<()> {
 
 const MULTI: &str = "rkf_multi";
 
+/// rmmod of `module` must fail with EAGAIN ("in use") because `why`.
+fn rmmod_refused(module: &str, why: &str) -> Result<()> {
+    let err = rmmod(module)
+        .err()
+        .with_context(|| format!("rmmod {module} succeeded while {why}"))?;
+    diag!("rmmod {module} while {why}: {err}");
+    check_eq!(
+        err.raw_os_error(),
+        Some(libc::EAGAIN),
+        "rmmod {module} errno while {why}"
+    );
+    Ok(())
+}
+
 /// A link pins rkf_multi (through its program); after close the module unloads and
 /// reloads, and works.
 fn multi_pinned_by_link() -> Result<()> {
@@ -212,15 +218,7 @@ fn multi_pinned_by_link() -> Result<()> {
         let (skel, funcs) = crate::multi::setup(&mut obj)?;
         let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let err = rmmod(MULTI)
-            .err()
-            .context("rmmod succeeded while a link exists")?;
-        diag!("rmmod {MULTI} with a link: {err}");
-        check_eq!(
-            err.raw_os_error(),
-            Some(libc::EAGAIN),
-            "rmmod errno while linked"
-        );
+        rmmod_refused(MULTI, "a link exists")?;
     }
     rmmod_wait(MULTI, Duration::from_secs(20))?;
     insmod(&ko).context("insmod rkf_multi again")?;
@@ -242,15 +240,7 @@ fn multi_traced_module_pinned() -> Result<()> {
         let funcs = rkf::multi::resolve(&[TARGETS])?.funcs;
         let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let err = rmmod(TESTMOD)
-            .err()
-            .context("rmmod rkf_testmod succeeded while rkf_multi traces its functions")?;
-        diag!("rmmod {TESTMOD} while traced: {err}");
-        check_eq!(
-            err.raw_os_error(),
-            Some(libc::EAGAIN),
-            "rmmod errno while traced"
-        );
+        rmmod_refused(TESTMOD, "rkf_multi traces its functions")?;
     }
     rmmod_wait(TESTMOD, Duration::from_secs(20))?;
     insmod(&ko).context("insmod rkf_testmod again")?;

@@ -652,7 +652,7 @@ fn unprivileged() -> Result<()> {
         let r = unsafe {
             libc::ioctl(
                 std::os::fd::AsRawFd::as_raw_fd(&file),
-                ((3u64 << 30) | (40 << 16) | ((b'r' as u64) << 8) | 2) as _,
+                multi::IOC_INFO as _,
                 info.as_mut_ptr(),
             )
         };
@@ -686,22 +686,6 @@ fn unprivileged() -> Result<()> {
     Ok(())
 }
 
-/// `struct rkf_multi_attach` (c-shim/rkf.h), for requests the library would not make.
-#[repr(C)]
-#[derive(Default)]
-struct RawAttach {
-    prog_fd: u32,
-    cnt: u32,
-    btf_ids: u64,
-    addrs: u64,
-    cookies: u64,
-    btf_fds: u64,
-    flags: u32,
-    bad_index: u32,
-    reason: u32,
-    pad: u32,
-}
-
 /// An attach request with the BTF fds given: the errno (0 if it attached, and then the
 /// link is detached again), and the index and reason of a refusal.
 fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32, u32, u32)> {
@@ -712,7 +696,7 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
         .open(multi::DEVICE)?;
     let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
     let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
-    let mut req = RawAttach {
+    let mut req = multi::AttachRequest {
         prog_fd: prog.as_fd().as_raw_fd() as u32,
         cnt: funcs.len() as u32,
         btf_ids: ids.as_ptr() as u64,
@@ -720,10 +704,8 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
         btf_fds: btf_fds.as_ptr() as u64,
         ..Default::default()
     };
-    let cmd =
-        (3u64 << 30) | ((std::mem::size_of::<RawAttach>() as u64) << 16) | ((b'r' as u64) << 8) | 1;
     // SAFETY: RKF_MULTI_IOC_ATTACH with its struct; the arrays outlive the call.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, &mut req) };
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), multi::IOC_ATTACH as _, &mut req) };
     let errno = if r < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
     } else {
@@ -1112,8 +1094,10 @@ fn ioctl_fuzz() -> Result<()> {
                             let cmd: u64 = match rng.below(20) {
                                 0 => rng.next() & 0xffff_ffff,
                                 1 => (3 << 30) | (rng.below(64) << 16) | ((b'r' as u64) << 8) | 1,
-                                _ => (3 << 30) | (56 << 16) | ((b'r' as u64) << 8) | 1,
+                                _ => multi::IOC_ATTACH,
                             };
+                            const _: () =
+                                assert!(std::mem::size_of::<multi::AttachRequest>() == 56);
                             // SAFETY: `req` is 56 bytes; a wrong command or size only makes
                             // the kernel read less, or refuse.
                             let r = unsafe {
@@ -1141,7 +1125,7 @@ fn ioctl_fuzz() -> Result<()> {
                                 unsafe {
                                     libc::ioctl(
                                         file.as_raw_fd(),
-                                        ((3u64 << 30) | (40 << 16) | ((b'r' as u64) << 8) | 2) as _,
+                                        multi::IOC_INFO as _,
                                         info.as_mut_ptr(),
                                     )
                                 };

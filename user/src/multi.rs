@@ -23,20 +23,31 @@ use crate::{btf::RawBtf, kallsyms::Kallsyms};
 /// The device.
 pub const DEVICE: &str = "/dev/rkf_multi";
 
-/// `struct rkf_multi_attach` (c-shim/rkf.h).
+/// `struct rkf_multi_attach` (c-shim/rkf.h), the request of [`IOC_ATTACH`]: what
+/// [`Link::attach()`] sends, public for tools and tests that build requests of their own.
 #[repr(C)]
 #[derive(Default, Debug)]
-struct AttachC {
-    prog_fd: u32,
-    cnt: u32,
-    btf_ids: u64,
-    addrs: u64,
-    cookies: u64,
-    btf_fds: u64,
-    flags: u32,
-    bad_index: u32,
-    reason: u32,
-    pad: u32,
+pub struct AttachRequest {
+    /// The program's fd.
+    pub prog_fd: u32,
+    /// How many functions.
+    pub cnt: u32,
+    /// `u32[cnt]`: their BTF ids.
+    pub btf_ids: u64,
+    /// `u64[cnt]`: their addresses.
+    pub addrs: u64,
+    /// `u64[cnt]`: their cookies, or 0.
+    pub cookies: u64,
+    /// `i32[cnt]`: the BTF object fd of each function's module (0: vmlinux), or 0.
+    pub btf_fds: u64,
+    /// 0.
+    pub flags: u32,
+    /// Out: the refused function, or `u32::MAX`.
+    pub bad_index: u32,
+    /// Out: why ([`Refusal`]), or 0.
+    pub reason: u32,
+    /// 0.
+    pub pad: u32,
 }
 
 /// `struct rkf_multi_func_info`.
@@ -70,8 +81,10 @@ const fn iowr(nr: u64, size: usize) -> u64 {
     // _IOWR('r', nr, size): dir 3 << 30, size << 16, type << 8, nr.
     (3 << 30) | ((size as u64) << 16) | ((b'r' as u64) << 8) | nr
 }
-const IOC_ATTACH: u64 = iowr(1, std::mem::size_of::<AttachC>());
-const IOC_INFO: u64 = iowr(2, std::mem::size_of::<LinkInfoC>());
+/// `RKF_MULTI_IOC_ATTACH`.
+pub const IOC_ATTACH: u64 = iowr(1, std::mem::size_of::<AttachRequest>());
+/// `RKF_MULTI_IOC_INFO`.
+pub const IOC_INFO: u64 = iowr(2, std::mem::size_of::<LinkInfoC>());
 
 /// A function to attach to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -360,7 +373,7 @@ impl Link {
             .iter()
             .map(|f| f.module.as_deref().map_or(0, |m| objects[m].as_raw_fd()))
             .collect();
-        let mut req = AttachC {
+        let mut req = AttachRequest {
             prog_fd: prog.as_fd().as_raw_fd() as u32,
             cnt: funcs.len() as u32,
             btf_ids: ids.as_ptr() as u64,
@@ -371,7 +384,7 @@ impl Link {
             } else {
                 fds.as_ptr() as u64
             },
-            ..AttachC::default()
+            ..AttachRequest::default()
         };
         let start = std::time::Instant::now();
         let r = ioctl(&file, IOC_ATTACH, &mut req);
