@@ -531,7 +531,11 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
             .and_then(|v| v.try_into().ok().map(u64::from_ne_bytes))
             .unwrap_or(0);
         if v > 0 {
-            counts.push((f.name.clone(), v));
+            let name = match &f.module {
+                Some(m) => format!("{} [{m}]", f.name),
+                None => f.name.clone(),
+            };
+            counts.push((name, v));
         }
     }
     counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

@@ -189,7 +189,13 @@ fn cmd_links(verbose: bool) -> Result<()> {
                 let name = ksyms
                     .as_ref()
                     .and_then(|k| k.symbolize(f.addr))
-                    .map_or_else(|| format!("{:#x}", f.addr), |(s, _)| s.name.clone());
+                    .map_or_else(
+                        || format!("{:#x}", f.addr),
+                        |(s, _)| match &s.module {
+                            Some(m) => format!("{} [{m}]", s.name),
+                            None => s.name.clone(),
+                        },
+                    );
                 println!(
                     "         {name:<40} hits {:>10} misses {:>6} cookie {:#x}",
                     f.hits, f.misses, f.cookie
