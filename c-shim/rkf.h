@@ -90,8 +90,10 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
  * @addrs:     __u64[@cnt]: their addresses, as /proc/kallsyms gives them
  * @cookies:   __u64[@cnt]: bpf_get_attach_cookie() for each, or 0 for none
  * @btf_fds:   __s32[@cnt]: for each function, an fd of the BTF object of the module it
- *             is in (BPF_BTF_GET_FD_BY_ID), or 0 for vmlinux (and rkf_multi itself);
- *             or 0 for none: every function in vmlinux
+ *             is in (BPF_BTF_GET_FD_BY_ID), or 0 for vmlinux (and rkf_multi itself),
+ *             so fd 0 cannot name a BTF object, as with BPF's attach_btf_obj_fd;
+ *             or 0 for none: every function in vmlinux.  The fds are checked before
+ *             the functions; a bad one is refused naming the first function given it
  * @flags:     0
  * @bad_index: out: the function a refusal is about, or ~0
  * @reason:    out: why it was refused (enum Refusal of rust/core/src/multi.rs), or 0
@@ -242,7 +244,7 @@ struct btf *rkf_multi_btf_get(int fd);
 void rkf_multi_btf_put(struct btf *btf);
 struct module *rkf_multi_btf_module(const struct btf *btf);
 void rkf_multi_module_put(struct module *mod);
-bool rkf_multi_is_symbol(unsigned long addr, const char *name);
+bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod);
 unsigned long rkf_multi_site(unsigned long addr);
 bool rkf_multi_site_busy(unsigned long site);
 int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add);

@@ -50,23 +50,32 @@ static const struct rkf_multi_table __rcu *rkf_multi_table;
 static atomic_long_t rkf_multi_inflight = ATOMIC_LONG_INIT(0);
 static bool rkf_multi_exiting;
 
-/* rkf_core::multi::lookup(), which the host tests check against a linear search. */
+/*
+ * rkf_core::multi::lookup(), which the host tests check against a linear search.  The
+ * index always has an empty bucket (rkf_core::multi::index_bits()); the probes are
+ * bounded all the same.
+ */
 static __always_inline const struct rkf_multi_func *
 rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long key)
 {
-	u32 mask, b, pos;
+	u32 mask, b, pos, n;
 
 	if (!t)
 		return NULL;
 	mask = (1U << t->bits) - 1;
-	for (b = hash_64(key, t->bits);; b = (b + 1) & mask) {
+	b = hash_64_generic(key, t->bits);
+	for (n = 0; n <= mask; n++, b = (b + 1) & mask) {
 		pos = t->index[b];
 		if (!pos)
 			return NULL;
 		if (t->funcs[pos - 1].key == key)
 			return &t->funcs[pos - 1];
 	}
+	return NULL;
 }
+
+/* The index is built in Rust with the 64-bit generic hash_64(). */
+static_assert(BITS_PER_LONG == 64);
 
 /* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
@@ -189,7 +198,10 @@ struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id)
 	return prog;
 }
 
-/** rkf_multi_prog_put() - drop a reference from rkf_multi_prog_get() @prog: the program */
+/**
+ * rkf_multi_prog_put() - drop a reference from rkf_multi_prog_get()
+ * @prog: the program
+ */
 void rkf_multi_prog_put(struct bpf_prog *prog)
 {
 	bpf_prog_put(prog);
@@ -295,7 +307,10 @@ struct btf *rkf_multi_btf_get(int fd)
 	return btf_get_by_fd(fd);
 }
 
-/** rkf_multi_btf_put() - drop a reference from rkf_multi_btf_get() @btf: the object */
+/**
+ * rkf_multi_btf_put() - drop a reference from rkf_multi_btf_get()
+ * @btf: the object
+ */
 void rkf_multi_btf_put(struct btf *btf)
 {
 	btf_put(btf);
@@ -313,26 +328,40 @@ struct module *rkf_multi_btf_module(const struct btf *btf)
 	return btf_try_get_module(btf);
 }
 
-/** rkf_multi_module_put() - drop a reference from rkf_multi_btf_module() @mod: it */
+/**
+ * rkf_multi_module_put() - drop a reference from rkf_multi_btf_module()
+ * @mod: the module
+ */
 void rkf_multi_module_put(struct module *mod)
 {
 	module_put(mod);
 }
 
 /**
- * rkf_multi_is_symbol() - whether @addr is the start of the function @name
+ * rkf_multi_is_symbol() - whether @addr is the start of the function @name of @mod
  * @addr: an address from user space
  * @name: the name of the function its BTF id names
+ * @mod:  the module whose BTF named it, or NULL for vmlinux's (and rkf_multi's own)
  *
- * Return: true if kallsyms names @addr "@name+0x0".
+ * The address must be in the object whose BTF was checked, and whose module a link
+ * holds: a module may have a function of the same name as another module's or
+ * vmlinux's (as bpf_check_attach_target() looks the name up in the target's module).
+ *
+ * Return: true if kallsyms names @addr "@name+0x0" and it lies in @mod, or, without
+ * @mod, in vmlinux or rkf_multi.
  */
-bool rkf_multi_is_symbol(unsigned long addr, const char *name)
+bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod)
 {
 	char buf[KSYM_SYMBOL_LEN];
 	size_t len = strlen(name);
 
 	sprint_symbol(buf, addr);
-	return !strncmp(buf, name, len) && !strncmp(buf + len, "+0x0/", 5);
+	if (strncmp(buf, name, len) || strncmp(buf + len, "+0x0/", 5))
+		return false;
+	if (mod)
+		return within_module(addr, mod);
+	/* sprint_symbol() appends " [module]" to the symbols of modules. */
+	return !strchr(buf + len, '[') || within_module(addr, THIS_MODULE);
 }
 
 /**

@@ -148,7 +148,11 @@ mod shim {
         pub(super) fn rkf_multi_btf_put(btf: *mut BtfC);
         pub(super) fn rkf_multi_btf_module(btf: *const BtfC) -> *mut ModuleC;
         pub(super) fn rkf_multi_module_put(module: *mut ModuleC);
-        pub(super) fn rkf_multi_is_symbol(addr: usize, name: *const c_char) -> bool;
+        pub(super) fn rkf_multi_is_symbol(
+            addr: usize,
+            name: *const c_char,
+            module: *mut ModuleC,
+        ) -> bool;
         pub(super) fn rkf_multi_site(addr: usize) -> usize;
         pub(super) fn rkf_multi_site_busy(site: usize) -> bool;
         pub(super) fn rkf_multi_ftrace_update(sites: *const usize, n: u32, add: bool) -> c_int;
@@ -274,36 +278,67 @@ struct ModuleBtfs {
     by_fd: KVVec<(i32, BtfRef, ModuleRef)>,
 }
 
+/// The BTF object a function's id is in, and its module (`None`: vmlinux or rkf_multi).
+#[derive(Clone, Copy)]
+struct TargetBtf {
+    btf: *const shim::BtfC,
+    module: *mut shim::ModuleC,
+}
+
 impl ModuleBtfs {
-    /// Takes the BTF object and module of every distinct non-zero fd of `fds`.  A fd
-    /// that is not a live module's BTF is refused, naming the first function given it.
+    /// Takes the BTF object and module of every distinct non-zero fd of `fds`.  The fds
+    /// are checked before the functions: a bad one is refused naming the first function
+    /// (in request order) given it; with several bad fds, the one of the earliest function.
     fn get(fds: &[i32]) -> Result<Self, AttachError> {
-        let mut sorted = KVVec::<(i32, u32)>::with_capacity(fds.len(), GFP_KERNEL)?;
-        for (i, &fd) in fds.iter().enumerate() {
-            if fd != 0 {
-                sorted.push((fd, i as u32), GFP_KERNEL)?;
-            }
+        let mut sorted = KVVec::<i32>::with_capacity(fds.len(), GFP_KERNEL)?;
+        for &fd in fds.iter().filter(|&&fd| fd != 0) {
+            sorted.push(fd, GFP_KERNEL)?;
         }
-        core_rules::sort_by_key(&mut sorted, |&(fd, i)| (fd, i));
+        core_rules::sort_by_key(&mut sorted, |&fd| fd);
         let mut by_fd = KVVec::new();
-        for (k, &(fd, i)) in sorted.iter().enumerate() {
-            if k > 0 && sorted[k - 1].0 == fd {
+        let mut bad = KVVec::<(i32, Refusal)>::new();
+        for (k, &fd) in sorted.iter().enumerate() {
+            if k > 0 && sorted[k - 1] == fd {
                 continue;
             }
-            let btf = BtfRef::get(fd)?;
-            let module = ModuleRef::of(&btf).ok_or(AttachError::Refused(Refused::new(
-                i as usize,
-                Refusal::NotModuleBtf,
-            )))?;
-            by_fd.push((fd, btf, module), GFP_KERNEL)?;
+            let why = match BtfRef::get(fd) {
+                Err(e) if e == EBADF => Refusal::BadFd,
+                Err(e) if e == EINVAL => Refusal::NotModuleBtf,
+                Err(e) => return Err(e.into()),
+                Ok(btf) => match ModuleRef::of(&btf) {
+                    Some(module) => {
+                        by_fd.push((fd, btf, module), GFP_KERNEL)?;
+                        continue;
+                    }
+                    None => Refusal::NotModuleBtf,
+                },
+            };
+            bad.push((fd, why), GFP_KERNEL)?;
+        }
+        if !bad.is_empty() {
+            for (i, fd) in fds.iter().enumerate() {
+                if let Ok(b) = bad.binary_search_by_key(fd, |&(f, _)| f) {
+                    return Err(AttachError::Refused(Refused::new(i, bad[b].1)));
+                }
+            }
         }
         Ok(Self { by_fd })
     }
 
-    /// The BTF object of `fd`, taken by [`ModuleBtfs::get()`].
-    fn btf(&self, fd: i32) -> Option<*const shim::BtfC> {
+    /// The BTF object and module of `fd` (0: the program's BTF, `prog_btf`).  Valid while
+    /// `self` is.
+    fn target_btf(&self, fd: i32, prog_btf: *const shim::BtfC) -> Option<TargetBtf> {
+        if fd == 0 {
+            return Some(TargetBtf {
+                btf: prog_btf,
+                module: ptr::null_mut(),
+            });
+        }
         let i = self.by_fd.binary_search_by_key(&fd, |(f, _, _)| *f).ok()?;
-        Some(self.by_fd[i].1.ptr)
+        Some(TargetBtf {
+            btf: self.by_fd[i].1.ptr,
+            module: self.by_fd[i].2.ptr,
+        })
     }
 
     /// The modules, for the link to hold; the BTF objects are dropped.
@@ -459,8 +494,13 @@ fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVVe
 }
 
 /// Checks one function: its BTF shape, its address, and that ftrace can hook it for us.
-fn check_target(
-    btf: *const shim::BtfC,
+///
+/// # Safety
+///
+/// `target.btf` is a valid BTF object and `target.module` a module (or NULL), both alive
+/// for the duration of the call.
+unsafe fn check_target(
+    target: TargetBtf,
     index: usize,
     btf_id: u32,
     addr: u64,
@@ -473,9 +513,10 @@ fn check_target(
         kind: [0; 8],
         size: [0; 8],
     };
-    // SAFETY: `btf` is alive (the caller holds the program or the BTF object), `shape` is
-    // valid for writes.
-    if unsafe { shim::rkf_multi_shape(btf, btf_id, &mut shape) } != 0 || shape.name.is_null() {
+    // SAFETY: `target.btf` is alive (this function's contract), `shape` is valid for
+    // writes.
+    if unsafe { shim::rkf_multi_shape(target.btf, btf_id, &mut shape) } != 0 || shape.name.is_null()
+    {
         return Err(refuse(Refusal::NotAFunction));
     }
     let nr_args = core_rules::check_shape(
@@ -485,13 +526,14 @@ fn check_target(
         &shape.size,
     )
     .map_err(refuse)?;
-    // SAFETY: the name is a NUL-terminated string of `btf`, alive for this call.
+    // SAFETY: the name is a NUL-terminated string of `target.btf`, alive for this call.
     let name = unsafe { CStr::from_char_ptr(shape.name) };
     if core_rules::denied(name.to_bytes()) {
         return Err(refuse(Refusal::Denied));
     }
-    // SAFETY: `name` is NUL-terminated; any address may be asked about.
-    if !unsafe { shim::rkf_multi_is_symbol(addr as usize, name.as_char_ptr()) } {
+    // SAFETY: `name` is NUL-terminated; any address may be asked about; the module, if
+    // any, is alive (this function's contract).
+    if !unsafe { shim::rkf_multi_is_symbol(addr as usize, name.as_char_ptr(), target.module) } {
         return Err(refuse(Refusal::WrongAddress));
     }
     // SAFETY: any address may be asked about.
@@ -687,11 +729,12 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
     // Each function on its own, in request order, so that the first bad one is named.
     let mut targets = KVVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
     for i in 0..n {
-        let btf = match fds.as_ref().map_or(0, |f| f[i]) {
-            0 => prog_btf,
-            fd => modules.btf(fd).ok_or(EINVAL)?,
-        };
-        let mut t = check_target(btf, i, ids[i], addrs[i]).map_err(AttachError::Refused)?;
+        let fd = fds.as_ref().map_or(0, |f| f[i]);
+        let target = modules.target_btf(fd, prog_btf).ok_or(EINVAL)?;
+        // SAFETY: `prog` holds the program's BTF, `modules` every module BTF object and
+        // module, for as long as this loop runs.
+        let mut t =
+            unsafe { check_target(target, i, ids[i], addrs[i]) }.map_err(AttachError::Refused)?;
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
@@ -705,6 +748,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
 
     let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
     let mut nr_new = 0;
+    let modules = modules.into_modules()?;
     let mut reg = LINKS.lock();
     // Limits per function, against the links already there, and in the same pass the
     // functions no link holds yet: those the attach hooks in ftrace.
@@ -746,7 +790,6 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         )?;
     }
 
-    let modules = modules.into_modules()?;
     let id = reg.next_id;
     reg.links.push(
         Link {

@@ -37,17 +37,19 @@ for m in rkf_percpu rkf_stack rkf_multi rkf_testmod; do
 done
 
 # Where cargo put the BPF objects of this build: the out_dir of each crate's build script.
-# The same cargo command as `make user`, so that nothing is rebuilt.
-out_dirs=$(cd "$RKF_ROOT" && cargo build --release --locked --workspace --bins \
-	--message-format=json 2>/dev/null | python3 -c '
+# The same cargo command as `make user`, so that nothing is rebuilt; its messages go to
+# stderr as usual.
+json=$(cd "$RKF_ROOT" && cargo build --release --locked --workspace --bins --message-format=json) ||
+	die "cargo build failed"
+mapfile -t out_dirs < <(python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "build-script-executed" and \
        any(m["package_id"].split("#")[0].endswith(p) for p in ("/tests", "/user")):
         print(m["out_dir"])
-')
-[[ -n $out_dirs ]] || die "cargo reported no build-script output directory for rkf-selftests and rkf"
+' <<<"$json")
+((${#out_dirs[@]})) || die "cargo reported no build-script output directory for rkf-selftests and rkf"
 
 rm -rf "$pkg"
 mkdir -p "$pkg/bpf" "$pkg/include" "$pkg/modules" "$pkg/foreign"
@@ -55,7 +57,7 @@ install -m755 "$RKF_ROOT/tests/package/run_kselftest.sh" "$RKF_ROOT/target/relea
 	"$RKF_ROOT/target/release/rkf" "$pkg/"
 llvm-strip --strip-debug "$pkg/rkf-selftests" "$pkg/rkf"
 install -m644 "$RKF_ROOT/include/rkf.bpf.h" "$pkg/include/"
-for d in $out_dirs; do
+for d in "${out_dirs[@]}"; do
 	install -m644 "$d"/*.bpf.o "$pkg/bpf/"
 done
 for m in rkf_percpu rkf_stack rkf_multi rkf_testmod; do

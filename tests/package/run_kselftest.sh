@@ -23,6 +23,14 @@ if [[ " $* " == *" --list "* || " $* " == *" --help "* || " $* " == *" -h "* ]];
 fi
 
 loaded_testmod=0
+# Unload what this script loaded, also when the run is interrupted.
+cleanup() {
+	if ((loaded_testmod)) && ! rmmod rkf_testmod; then
+		echo "# rmmod rkf_testmod failed: the module is stuck" >&2
+		return 1
+	fi
+}
+trap 'cleanup; exit 1' INT TERM
 if [[ ! -d /sys/module/rkf_testmod ]]; then
 	built_for=$(modinfo -F vermagic "$RKF_MODDIR/rkf_testmod.ko" 2>/dev/null | cut -d' ' -f1)
 	if [[ $built_for != "$(uname -r)" ]]; then
@@ -36,8 +44,8 @@ fi
 
 "$here/rkf-selftests" "$@"
 rc=$?
-if ((loaded_testmod)) && ! rmmod rkf_testmod; then
-	echo "# rmmod rkf_testmod failed: the module is stuck" >&2
-	rc=1
-fi
+trap - INT TERM
+cleanup || rc=1
+# A runner killed by a signal failed.
+((rc > 4)) && rc=1
 exit "$rc"

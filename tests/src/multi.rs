@@ -843,13 +843,21 @@ fn module_targets() -> Result<()> {
         (
             "vmlinux's BTF",
             std::os::fd::AsRawFd::as_raw_fd(&vmlinux),
-            (libc::EINVAL, 0, Refusal::NotModuleBtf as u32),
+            (libc::EINVAL, 1, Refusal::NotModuleBtf as u32),
         ),
-        ("a program fd", prog_fd, (libc::EINVAL, u32::MAX, 0)),
-        ("no fd", 9999, (libc::EBADF, u32::MAX, 0)),
+        (
+            "a program fd",
+            prog_fd,
+            (libc::EINVAL, 1, Refusal::NotModuleBtf as u32),
+        ),
+        ("no fd", 9999, (libc::EBADF, 1, Refusal::BadFd as u32)),
     ];
     for (what, fd, want) in cases {
-        let fds = vec![fd; n];
+        // The bad fd on the second function, the others rkf_testmod's: the refusal
+        // names the second.
+        let testmod = rkf::btf::object_fd("rkf_testmod")?;
+        let mut fds = vec![std::os::fd::AsRawFd::as_raw_fd(&testmod); n];
+        fds[1] = fd;
         let got = raw_attach(&skel.progs.count_fentry1, &funcs, &fds)?;
         diag!(
             "BTF fd of {what}: errno {}, function {}, reason {}",
@@ -863,6 +871,22 @@ fn module_targets() -> Result<()> {
             "attach with the BTF fd of {what}: (errno, index, reason)"
         );
     }
+    // A vmlinux function through rkf_testmod's BTF (split on vmlinux's, so the id
+    // resolves): the address is not rkf_testmod's, and the link would hold the wrong
+    // module.
+    let vmlinux_fn = &targets()?[..1];
+    let testmod = rkf::btf::object_fd("rkf_testmod")?;
+    let got = raw_attach(
+        &skel.progs.count_fentry1,
+        vmlinux_fn,
+        &[std::os::fd::AsRawFd::as_raw_fd(&testmod)],
+    )?;
+    check_eq!(
+        got,
+        (libc::EINVAL, 0, Refusal::WrongAddress as u32),
+        "{} through rkf_testmod's BTF: (errno, index, reason)",
+        vmlinux_fn[0].name
+    );
     // Nothing of those attempts runs.
     reset(&mut skel)?;
     tm.progs

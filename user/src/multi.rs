@@ -38,7 +38,8 @@ pub struct AttachRequest {
     pub addrs: u64,
     /// `u64[cnt]`: their cookies, or 0.
     pub cookies: u64,
-    /// `i32[cnt]`: the BTF object fd of each function's module (0: vmlinux), or 0.
+    /// `i32[cnt]`: the BTF object fd of each function's module, 0 for vmlinux (so fd 0
+    /// cannot name a BTF object, as with BPF's `attach_btf_obj_fd`); or 0 for none.
     pub btf_fds: u64,
     /// 0.
     pub flags: u32,

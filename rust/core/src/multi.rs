@@ -15,6 +15,8 @@ pub const E2BIG: i32 = 7;
 pub const ENOENT: i32 = 2;
 /// `EBUSY`.
 pub const EBUSY: i32 = 16;
+/// `EBADF`.
+pub const EBADF: i32 = 9;
 
 /// The most functions one link may attach to.  Bounds every allocation of an attach
 /// request before it is made (16 bytes of input and about 64 bytes of state a function).
@@ -54,9 +56,12 @@ pub enum Refusal {
     TooManyLinks = 9,
     /// The program is already attached to the function through another link (`EBUSY`).
     SameProgram = 10,
-    /// The BTF object given for the function is not the BTF of a loaded module, or its
-    /// module is going away (`EINVAL`).
+    /// The fd given for the function's BTF object is not the BTF of a loaded module (it
+    /// is vmlinux's, a program's, or not a BTF object), or its module is going away
+    /// (`EINVAL`).
     NotModuleBtf = 11,
+    /// The fd given for the function's BTF object is not open (`EBADF`).
+    BadFd = 12,
 }
 
 impl Refusal {
@@ -70,6 +75,7 @@ impl Refusal {
                 EINVAL
             }
             Self::Denied | Self::NotModuleBtf => EINVAL,
+            Self::BadFd => EBADF,
         }
     }
 
@@ -87,6 +93,7 @@ impl Refusal {
             9 => Self::TooManyLinks,
             10 => Self::SameProgram,
             11 => Self::NotModuleBtf,
+            12 => Self::BadFd,
             _ => return None,
         })
     }
@@ -107,6 +114,7 @@ impl Refusal {
             Self::TooManyLinks => "already 38 links on it",
             Self::SameProgram => "the program is attached to it through another link",
             Self::NotModuleBtf => "its BTF object is not the BTF of a loaded module",
+            Self::BadFd => "the fd of its BTF object is not open",
         }
     }
 }
@@ -463,11 +471,13 @@ pub fn build_index(keys: impl Iterator<Item = u64>, index: &mut [u32], bits: u32
 pub fn lookup(index: &[u32], bits: u32, keys: &[u64], key: u64) -> Option<usize> {
     let mask = (1usize << bits) - 1;
     let mut b = bucket(key, bits);
-    loop {
+    // At most every bucket once, even if the index had no empty one.
+    for _ in 0..=mask {
         let pos = (*index.get(b)? as usize).checked_sub(1)?;
         if keys[pos] == key {
             return Some(pos);
         }
         b = (b + 1) & mask;
     }
+    None
 }

@@ -303,8 +303,15 @@ fn fuzz_links() {
                 .filter(|s| !held.contains(s))
                 .collect();
             prop_assert_eq!(&out[..n], &want[..]);
-            // The index finds every key, and nothing else (a linear search agrees).
+            // The index finds every key, and nothing else (a linear search agrees), with
+            // keys shaped like kernel text addresses (return addresses past ftrace sites,
+            // 16-byte aligned functions) as well as small ones.
             op_sites.push(probe);
+            if probe % 2 == 0 {
+                for s in op_sites.iter_mut() {
+                    *s = 0xffff_ffff_8100_0000 + (*s % 0x10_0000) * 16 + 9;
+                }
+            }
             op_sites.sort_unstable();
             op_sites.dedup();
             let bits = multi::index_bits(op_sites.len());
