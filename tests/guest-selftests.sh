@@ -16,9 +16,10 @@ kmemleak=/sys/kernel/debug/kmemleak
 
 load_modules "$pkg/modules" "${modules[@]}"
 
-# Arguments go to the runner (for example -t NAME).  The package's own modules/ and
-# foreign/ serve the tests that reload modules.
-RKF_MODDIR=$pkg/modules RKF_FOREIGN_MODDIR=$pkg/foreign "$pkg/run_kselftest.sh" "$@" |
+# Arguments go to the runner (for example -t NAME).  Without vm.sh's module directories,
+# run_kselftest.sh uses the package's own modules/ and foreign/ for the tests that reload
+# modules, as on any other machine.
+env -u RKF_MODDIR -u RKF_FOREIGN_MODDIR "$pkg/run_kselftest.sh" "$@" |
 	tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}
 

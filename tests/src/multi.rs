@@ -837,6 +837,7 @@ fn module_targets() -> Result<()> {
 
     // BTF objects that are not a loaded module's.
     let vmlinux = rkf::btf::object_fd("vmlinux")?;
+    let testmod = rkf::btf::object_fd("rkf_testmod")?;
     let prog_fd = std::os::fd::AsRawFd::as_raw_fd(&skel.progs.count_fentry1.as_fd());
     let n = funcs.len();
     let cases: [(&str, i32, (i32, u32, u32)); 3] = [
@@ -855,7 +856,6 @@ fn module_targets() -> Result<()> {
     for (what, fd, want) in cases {
         // The bad fd on the second function, the others rkf_testmod's: the refusal
         // names the second.
-        let testmod = rkf::btf::object_fd("rkf_testmod")?;
         let mut fds = vec![std::os::fd::AsRawFd::as_raw_fd(&testmod); n];
         fds[1] = fd;
         let got = raw_attach(&skel.progs.count_fentry1, &funcs, &fds)?;
@@ -875,7 +875,6 @@ fn module_targets() -> Result<()> {
     // resolves): the address is not rkf_testmod's, and the link would hold the wrong
     // module.
     let vmlinux_fn = &targets()?[..1];
-    let testmod = rkf::btf::object_fd("rkf_testmod")?;
     let got = raw_attach(
         &skel.progs.count_fentry1,
         vmlinux_fn,

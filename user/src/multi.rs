@@ -102,6 +102,22 @@ pub struct Func {
     pub nr_args: u32,
 }
 
+/// A kernel function as ftrace and kallsyms name it: `name` for vmlinux, `name [module]`
+/// for a module's.
+pub fn qualified_name(name: &str, module: Option<&str>) -> String {
+    match module {
+        Some(m) => format!("{name} [{m}]"),
+        None => name.to_string(),
+    }
+}
+
+impl Func {
+    /// [`qualified_name()`] of this function.
+    pub fn qualified_name(&self) -> String {
+        qualified_name(&self.name, self.module.as_deref())
+    }
+}
+
 /// Why a function matched by a glob was left out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Skip {
@@ -232,10 +248,7 @@ pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
             if !seen.insert(f.name.clone()) {
                 continue;
             }
-            let ftrace_name = match object {
-                None => f.name.clone(),
-                Some(m) => format!("{} [{m}]", f.name),
-            };
+            let ftrace_name = qualified_name(&f.name, object);
             let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
                 Err(r) => Some(Skip::Refused(r as u32)),
                 Ok(_) if rules::denied(f.name.as_bytes()) => {
@@ -408,12 +421,8 @@ impl Link {
                     .map(|r| (req.bad_index as usize, r));
                 let message = match refused {
                     Some((i, r)) => format!(
-                        "rkf_multi refused {}{}: {} ({e})",
-                        funcs[i].name,
-                        funcs[i]
-                            .module
-                            .as_deref()
-                            .map_or(String::new(), |m| format!(" [{m}]")),
+                        "rkf_multi refused {}: {} ({e})",
+                        funcs[i].qualified_name(),
                         r.describe()
                     ),
                     None => format!("rkf_multi attach of {} functions: {e}", funcs.len()),
@@ -532,11 +541,7 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
             .and_then(|v| v.try_into().ok().map(u64::from_ne_bytes))
             .unwrap_or(0);
         if v > 0 {
-            let name = match &f.module {
-                Some(m) => format!("{} [{m}]", f.name),
-                None => f.name.clone(),
-            };
-            counts.push((name, v));
+            counts.push((f.qualified_name(), v));
         }
     }
     counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

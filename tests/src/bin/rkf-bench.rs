@@ -379,6 +379,11 @@ mod multi {
         })
     }
 
+    /// The cost per call that the loop `d` took above the loop `base`.
+    fn per_call(d: Duration, base: Duration) -> f64 {
+        (d.as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+    }
+
     fn getpgid_loop() -> Duration {
         let t = Instant::now();
         for _ in 0..CALLS {
@@ -490,7 +495,7 @@ mod multi {
         );
         println!();
         let base = getpgid_loop();
-        let per = |d: Duration| (d.as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64;
+        let per = |d: Duration| per_call(d, base);
         let target = multi::resolve(&["__x64_sys_getpgid"])?.funcs;
         let single = {
             let _l = skel.progs.single_fentry.attach().context("single fentry")?;
@@ -549,7 +554,7 @@ mod multi {
                 let base = getpgid_loop();
                 let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
-                (getpgid_loop().as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+                per_call(getpgid_loop(), base)
             };
             let kprobe = {
                 let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
@@ -559,7 +564,7 @@ mod multi {
                     .progs
                     .kprobe_multi
                     .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
-                (getpgid_loop().as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+                per_call(getpgid_loop(), base)
             };
             println!("| {n} | {rkf:.0} | {kprobe:.0} |");
         }

@@ -191,10 +191,7 @@ fn cmd_links(verbose: bool) -> Result<()> {
                     .and_then(|k| k.symbolize(f.addr))
                     .map_or_else(
                         || format!("{:#x}", f.addr),
-                        |(s, _)| match &s.module {
-                            Some(m) => format!("{} [{m}]", s.name),
-                            None => s.name.clone(),
-                        },
+                        |(s, _)| rkf::multi::qualified_name(&s.name, s.module.as_deref()),
                     );
                 println!(
                     "         {name:<40} hits {:>10} misses {:>6} cookie {:#x}",
