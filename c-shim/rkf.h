@@ -246,11 +246,25 @@ struct module *rkf_multi_btf_module(const struct btf *btf);
 void rkf_multi_module_put(struct module *mod);
 bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod);
 unsigned long rkf_multi_site(unsigned long addr);
-bool rkf_multi_site_busy(unsigned long site);
-int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add);
+unsigned long rkf_multi_site_owner(unsigned long site);
+
+/* What rkf_multi_ftrace_update() does. */
+#define RKF_MULTI_HOOK		0
+#define RKF_MULTI_UNHOOK	1
+#define RKF_MULTI_MOVE		2
+
+int rkf_multi_ftrace_update(const unsigned long *sites, const unsigned long *tramps, u32 n,
+			    u32 op);
+void rkf_multi_run_fentry(const struct rkf_multi_prog *p, u64 *ctx);
+struct rkf_multi_image;
+bool rkf_multi_tramps_supported(void);
+struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code);
+int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf);
+void rkf_multi_image_free(struct rkf_multi_image *im);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
-void rkf_multi_defer(void *garbage);
-void rkf_multi_sync(void);
+void rkf_multi_defer(void *garbage, bool tasks);
+void rkf_multi_sync(bool tasks);
+void rkf_multi_pin(void);
 int rkf_multi_init_deferred(void);
 void rkf_multi_exit_deferred(void);
 void rkf_multi_wait_inflight(void);

@@ -19,6 +19,7 @@
 #include <linux/slab.h>
 #include <linux/wait_bit.h>
 #include <linux/workqueue.h>
+#include <asm/cpufeature.h>
 
 #include "rkf.h"
 
@@ -376,36 +377,39 @@ unsigned long rkf_multi_site(unsigned long addr)
 }
 
 /**
- * rkf_multi_site_busy() - whether another direct trampoline owns a site
+ * rkf_multi_site_owner() - the direct trampoline a site calls, if any
  * @site: from rkf_multi_site()
  *
- * Return: true if a trampoline other than rkf_multi's is attached there.
+ * Return: the trampoline's address (rkf_multi's own, or another's), or 0.
  */
-bool rkf_multi_site_busy(unsigned long site)
+unsigned long rkf_multi_site_owner(unsigned long site)
 {
-	unsigned long owner = ftrace_find_rec_direct(site);
-
-	return owner && owner != (unsigned long)rkf_multi_tramp;
+	return ftrace_find_rec_direct(site);
 }
 
 /* The one ftrace_ops of rkf_multi; update_ftrace_direct_add() registers it. */
 static struct ftrace_ops rkf_multi_ops;
 
 /**
- * rkf_multi_ftrace_update() - hook or unhook functions, in one ftrace update
+ * rkf_multi_ftrace_update() - hook, unhook or move functions, in one ftrace update
  * @sites: their sites, from rkf_multi_site()
+ * @tramps: the trampoline of each (0: the shared one): the new one to hook or move to,
+ *          the current one to unhook
  * @n:     how many
- * @add:   hook (true) or unhook (false)
+ * @op:    RKF_MULTI_HOOK, RKF_MULTI_UNHOOK or RKF_MULTI_MOVE
  *
- * All or nothing: on failure no site changed.
+ * All or nothing: on failure no site changed.  A site that moves never misses a call:
+ * ftrace calls through its list function while the trampolines change.
  *
  * Return: 0, -ENOMEM, or -EINVAL when a site to hook has another direct trampoline (or,
- * to unhook, is not rkf_multi's).
+ * to unhook or move, is not rkf_multi's with that trampoline).
  */
-int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add)
+int rkf_multi_ftrace_update(const unsigned long *sites, const unsigned long *tramps, u32 n,
+			    u32 op)
 {
 	struct ftrace_hash *hash;
-	int err = 0;
+	unsigned long tramp;
+	int err;
 	u32 i;
 
 	if (!n)
@@ -414,18 +418,126 @@ int rkf_multi_ftrace_update(const unsigned long *sites, u32 n, bool add)
 	if (!hash)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		if (!add_ftrace_hash_entry_direct(hash, sites[i], (unsigned long)rkf_multi_tramp)) {
+		tramp = tramps[i] ?: (unsigned long)rkf_multi_tramp;
+		if (!add_ftrace_hash_entry_direct(hash, sites[i], tramp)) {
 			err = -ENOMEM;
 			goto out;
 		}
 	}
-	if (add)
+	switch (op) {
+	case RKF_MULTI_HOOK:
 		err = update_ftrace_direct_add(&rkf_multi_ops, hash);
-	else
+		break;
+	case RKF_MULTI_UNHOOK:
 		err = update_ftrace_direct_del(&rkf_multi_ops, hash);
+		break;
+	case RKF_MULTI_MOVE:
+		err = update_ftrace_direct_mod(&rkf_multi_ops, hash, true);
+		break;
+	default:
+		err = -EINVAL;
+	}
 out:
 	free_ftrace_hash(hash);
 	return err;
+}
+
+/**
+ * rkf_multi_run_fentry() - run one fentry program, for a per-function trampoline
+ * @p:   the program, its cookie and counters: a slot of the trampoline's image
+ * @ctx: the trampoline's frame, as for rkf_multi_enter()
+ *
+ * The per-function trampolines (rkf_core::tramp) call this once per program, as a BPF
+ * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().
+ */
+notrace void rkf_multi_run_fentry(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	rcu_read_lock_dont_migrate();
+	rkf_multi_run(p, ctx);
+	rcu_read_unlock_migrate();
+}
+
+/**
+ * struct rkf_multi_image - generated per-function trampolines, in BPF text
+ * @ksym: its symbol: kallsyms, perf and the unwinder know it as BPF text
+ * @code: the text, from the BPF pack allocator
+ * @size: its size
+ */
+struct rkf_multi_image {
+	struct bpf_ksym ksym;
+	void *code;
+	u32 size;
+};
+
+/**
+ * rkf_multi_tramps_supported() - whether per-function trampolines can run here
+ *
+ * The generated code returns with a plain ret and calls directly; with return thunks or
+ * call depth tracking it would need their thunks, so rkf_multi then uses its shared
+ * trampoline for every function.
+ *
+ * Return: true if they can.
+ */
+bool rkf_multi_tramps_supported(void)
+{
+	return !cpu_feature_enabled(X86_FEATURE_RETHUNK) &&
+	       !cpu_feature_enabled(X86_FEATURE_CALL_DEPTH);
+}
+
+/**
+ * rkf_multi_image_alloc() - allocate text for generated trampolines
+ * @size: bytes
+ * @seq:  a number for its symbol, rkf_multi_fentry_<seq>
+ * @code: set to where the text will be, for the code to be generated for
+ *
+ * Return: the image, not yet executable, or NULL.
+ */
+struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code)
+{
+	struct rkf_multi_image *im = kzalloc(sizeof(*im), GFP_KERNEL);
+
+	if (!im)
+		return NULL;
+	im->code = arch_alloc_bpf_trampoline(size);
+	if (!im->code) {
+		kfree(im);
+		return NULL;
+	}
+	im->size = size;
+	INIT_LIST_HEAD_RCU(&im->ksym.lnode);
+	snprintf(im->ksym.name, sizeof(im->ksym.name), "rkf_multi_fentry_%llu", seq);
+	*code = (unsigned long)im->code;
+	return im;
+}
+
+/**
+ * rkf_multi_image_commit() - write generated code into its image and publish its symbol
+ * @im:  from rkf_multi_image_alloc()
+ * @buf: the code, @im->size bytes, generated for @im->code
+ *
+ * Return: 0, or the error of bpf_arch_text_copy().
+ */
+int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf)
+{
+	void *ret = bpf_arch_text_copy(im->code, (void *)buf, im->size);
+
+	if (IS_ERR(ret))
+		return PTR_ERR(ret);
+	bpf_image_ksym_init(im->code, im->size, &im->ksym);
+	bpf_image_ksym_add(&im->ksym);
+	return 0;
+}
+
+/**
+ * rkf_multi_image_free() - free an image no site calls and no task runs any more
+ * @im: from rkf_multi_image_alloc(), committed or not
+ */
+void rkf_multi_image_free(struct rkf_multi_image *im)
+{
+	if (im->ksym.start)
+		bpf_image_ksym_del(&im->ksym);
+	arch_free_bpf_trampoline(im->code, im->size);
+	kfree(im);
 }
 
 /**
@@ -442,16 +554,33 @@ const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *ta
 	return unrcu_pointer(xchg(&rkf_multi_table, RCU_INITIALIZER(table)));
 }
 
-/** rkf_multi_sync() - wait until no cpu reads a table published before */
-void rkf_multi_sync(void)
+/**
+ * rkf_multi_sync() - wait until no cpu reads a table published before
+ * @tasks: and until no task runs a generated trampoline no site calls any more
+ */
+void rkf_multi_sync(bool tasks)
 {
 	synchronize_rcu();
+	if (tasks)
+		synchronize_rcu_tasks();
+}
+
+/**
+ * rkf_multi_pin() - keep rkf_multi loaded for good
+ *
+ * After an ftrace update that failed to take sites off its trampolines, which would
+ * call into the module's text after it went.
+ */
+void rkf_multi_pin(void)
+{
+	__module_get(THIS_MODULE);
 }
 
 /* Garbage of rust/multi.rs waiting for a grace period, freed in process context. */
 struct rkf_multi_deferred {
 	struct rcu_work rwork;
 	void *garbage;
+	bool tasks;
 };
 
 static struct workqueue_struct *rkf_multi_wq;
@@ -461,6 +590,8 @@ static void rkf_multi_deferred_fn(struct work_struct *work)
 	struct rkf_multi_deferred *d =
 		container_of(to_rcu_work(work), struct rkf_multi_deferred, rwork);
 
+	if (d->tasks)
+		synchronize_rcu_tasks();
 	rkf_multi_free_garbage(d->garbage);
 	kfree(d);
 }
@@ -468,21 +599,26 @@ static void rkf_multi_deferred_fn(struct work_struct *work)
 /**
  * rkf_multi_defer() - free garbage after a grace period, without waiting for it
  * @garbage: for rkf_multi_free_garbage()
+ * @tasks:   it holds generated trampolines no site calls any more: wait also until no
+ *           task runs them (synchronize_rcu_tasks(), which covers tasks preempted there)
  *
- * Once no cpu can read a table published before, a worker frees @garbage: the old table
- * and a detached link, whose program reference must be dropped in process context.
- * Without memory for that, waits for the grace period here instead.
+ * Once no cpu can read a table published before, a worker frees @garbage: the old table,
+ * a detached link, whose program reference must be dropped in process context, and
+ * trampolines.  Without memory for that, waits for the grace periods here instead.
  */
-void rkf_multi_defer(void *garbage)
+void rkf_multi_defer(void *garbage, bool tasks)
 {
 	struct rkf_multi_deferred *d = kmalloc(sizeof(*d), GFP_KERNEL);
 
 	if (!d) {
 		synchronize_rcu();
+		if (tasks)
+			synchronize_rcu_tasks();
 		rkf_multi_free_garbage(garbage);
 		return;
 	}
 	d->garbage = garbage;
+	d->tasks = tasks;
 	INIT_RCU_WORK(&d->rwork, rkf_multi_deferred_fn);
 	queue_rcu_work(rkf_multi_wq, &d->rwork);
 }

@@ -7,8 +7,11 @@
 //! once, to a program and a set of functions; closing the file (or exiting) detaches it.
 //! Any number of links may share functions, fentry and fexit mixed: every function has
 //! one entry in one table, listing its programs in attach order, and the table is
-//! replaced whole, under RCU, on every attach and detach.  ftrace only sees functions
-//! gaining their first link or losing their last, in one batched update per operation.
+//! replaced whole, under RCU, on every attach and detach.  A function with fentry
+//! programs only has a trampoline generated for it (rkf_core::tramp), which the shared
+//! trampoline's lookup does not slow down; the others use the shared one.  ftrace only
+//! sees functions gaining their first link, losing their last, or changing trampoline, in
+//! one batched update of each kind per operation.
 
 use core::{
     ffi::CStr,
@@ -22,12 +25,15 @@ use kernel::{
     ioctl::{_IOC_SIZE, _IOWR},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     prelude::*,
-    sync::GlobalGuard,
+    sync::{Arc, GlobalGuard},
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
 
-use crate::multi_core::{self as core_rules, Group, Refusal, Slot, MAX_LINKS_PER_FUNC};
+use crate::multi_core::{
+    self as core_rules, Group, Refusal, Route, Slot, Update, MAX_LINKS_PER_FUNC,
+};
+use crate::tramp_core;
 
 /// `MCOUNT_INSN_SIZE`: the trampoline's return address is the site plus the call.
 const MCOUNT_INSN_SIZE: u64 = 5;
@@ -53,6 +59,17 @@ mod shim {
     pub(super) struct ModuleC {
         _opaque: [u8; 0],
     }
+
+    /// `struct rkf_multi_image`, opaque.
+    #[repr(C)]
+    pub(super) struct ImageC {
+        _opaque: [u8; 0],
+    }
+
+    /// `RKF_MULTI_HOOK`, `RKF_MULTI_UNHOOK`, `RKF_MULTI_MOVE` of c-shim/rkf.h.
+    pub(super) const HOOK: u32 = 0;
+    pub(super) const UNHOOK: u32 = 1;
+    pub(super) const MOVE: u32 = 2;
 
     /// `struct rkf_multi_attach`.
     #[repr(C)]
@@ -154,11 +171,22 @@ mod shim {
             module: *mut ModuleC,
         ) -> bool;
         pub(super) fn rkf_multi_site(addr: usize) -> usize;
-        pub(super) fn rkf_multi_site_busy(site: usize) -> bool;
-        pub(super) fn rkf_multi_ftrace_update(sites: *const usize, n: u32, add: bool) -> c_int;
+        pub(super) fn rkf_multi_site_owner(site: usize) -> usize;
+        pub(super) fn rkf_multi_ftrace_update(
+            sites: *const usize,
+            tramps: *const usize,
+            n: u32,
+            op: u32,
+        ) -> c_int;
+        pub(super) fn rkf_multi_run_fentry(p: *const ProgC, ctx: *mut u64);
+        pub(super) fn rkf_multi_tramps_supported() -> bool;
+        pub(super) fn rkf_multi_image_alloc(size: u32, seq: u64, code: *mut usize) -> *mut ImageC;
+        pub(super) fn rkf_multi_image_commit(im: *mut ImageC, buf: *const c_void) -> c_int;
+        pub(super) fn rkf_multi_image_free(im: *mut ImageC);
         pub(super) fn rkf_multi_publish(table: *const TableC) -> *const TableC;
-        pub(super) fn rkf_multi_defer(garbage: *mut c_void);
-        pub(super) fn rkf_multi_sync();
+        pub(super) fn rkf_multi_defer(garbage: *mut c_void, tasks: bool);
+        pub(super) fn rkf_multi_sync(tasks: bool);
+        pub(super) fn rkf_multi_pin();
         pub(super) fn rkf_multi_init_deferred() -> c_int;
         pub(super) fn rkf_multi_exit_deferred();
         pub(super) fn rkf_multi_wait_inflight();
@@ -377,12 +405,91 @@ struct Link {
     modules: KVVec<ModuleRef>,
 }
 
+/// Generated trampolines (rkf_core::tramp) in BPF text: one image per operation, holding
+/// the trampolines of the functions whose programs it changed.
+///
+/// # Invariants
+///
+/// `ptr` is an image from `rkf_multi_image_alloc()` that this object owns.
+struct Image {
+    ptr: *mut shim::ImageC,
+}
+
+// SAFETY: an image is freed once, from any task, when the last table using it goes.
+unsafe impl Send for Image {}
+// SAFETY: shared images are only read (their address), never written.
+unsafe impl Sync for Image {}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        // SAFETY: this object owns the image (type invariant); whoever drops the last
+        // reference has made sure no site calls it and no task runs it any more.
+        unsafe { shim::rkf_multi_image_free(self.ptr) };
+    }
+}
+
+/// The trampoline a traced function's site calls.
+#[derive(Clone)]
+enum Tramp {
+    /// c-shim/rkf_multi_tramp.S, which finds the function in the table.
+    Shared,
+    /// Its own, at `addr`, in `_image` (which it keeps).
+    Own { _image: Arc<Image>, addr: usize },
+}
+
+impl Tramp {
+    /// Its address for rkf_multi_ftrace_update(): 0 for the shared one.
+    fn addr(&self) -> u64 {
+        match self {
+            Tramp::Shared => 0,
+            Tramp::Own { addr, .. } => *addr as u64,
+        }
+    }
+}
+
 /// The storage of a published table.
 struct Published {
     table: KBox<TableC>,
     _index: KVVec<u32>,
-    _funcs: KVVec<FuncC>,
-    _progs: KVVec<ProgC>,
+    funcs: KVVec<FuncC>,
+    progs: KVVec<ProgC>,
+    /// The trampoline of each function of `funcs`.
+    tramps: KVVec<Tramp>,
+}
+
+impl Published {
+    /// Every function's route: its site and trampoline, sorted by site.
+    fn routes(&self) -> impl Iterator<Item = Route> + '_ {
+        self.funcs
+            .iter()
+            .zip(self.tramps.iter())
+            .map(|(f, t)| Route {
+                site: f.key as u64 - MCOUNT_INSN_SIZE,
+                tramp: t.addr(),
+            })
+    }
+
+    /// The programs of `f`, a function of this table.
+    fn progs_of(&self, f: &FuncC) -> &[ProgC] {
+        &self.progs[f.first as usize..][..f.nr_progs as usize]
+    }
+
+    /// The generated trampoline of a function with key `f.key` in this table, if it has
+    /// one and it runs exactly `progs` on the same function: it can serve on.
+    fn reusable(&self, f: &FuncC, progs: &[ProgC]) -> Option<Tramp> {
+        let i = self.funcs.binary_search_by_key(&f.key, |o| o.key).ok()?;
+        let o = &self.funcs[i];
+        let same = o.addr == f.addr
+            && o.nr_args == f.nr_args
+            && self.progs_of(o).len() == progs.len()
+            && self.progs_of(o).iter().zip(progs).all(|(a, b)| {
+                a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
+            });
+        match &self.tramps[i] {
+            t @ Tramp::Own { .. } if same => Some(t.clone()),
+            _ => None,
+        }
+    }
 }
 
 // SAFETY: the raw pointers point into the vectors owned alongside them, or to programs
@@ -395,6 +502,10 @@ pub(crate) struct Registry {
     links: KVVec<Link>,
     next_id: u64,
     table: Option<Published>,
+    /// Functions with fentry programs only get generated trampolines.
+    own_tramps: bool,
+    /// Images generated so far, to name the next.
+    images: u64,
 }
 
 impl Registry {
@@ -403,6 +514,8 @@ impl Registry {
             links: KVVec::new(),
             next_id: 1,
             table: None,
+            own_tramps: false,
+            images: 0,
         }
     }
 }
@@ -427,6 +540,8 @@ pub(crate) unsafe fn init() -> Result {
     kernel::error::to_result(unsafe { shim::rkf_multi_init_deferred() })?;
     // SAFETY: called once, before first use (this function's contract).
     unsafe { LINKS.init() };
+    // SAFETY: no preconditions.
+    LINKS.lock().own_tramps = unsafe { shim::rkf_multi_tramps_supported() };
     Ok(())
 }
 
@@ -541,10 +656,6 @@ unsafe fn check_target(
     if site == 0 {
         return Err(refuse(Refusal::NotTraceable));
     }
-    // SAFETY: any site may be asked about.
-    if unsafe { shim::rkf_multi_site_busy(site as usize) } {
-        return Err(refuse(Refusal::Busy));
-    }
     Ok(Target {
         site,
         addr,
@@ -553,8 +664,11 @@ unsafe fn check_target(
     })
 }
 
-/// Builds the table of `links`, or `None` if there is nothing to trace.
-fn build_table(links: &[Link]) -> Result<Option<Published>> {
+/// Builds the table of `links`, or `None` if there is nothing to trace.  Functions with
+/// fentry programs only (if `reg.own_tramps`) keep their trampoline from `reg.table` if
+/// their programs did not change, or get a new one, generated in one image.
+fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
+    let links = &reg.links;
     let total: usize = links.iter().map(|l| l.targets.len()).sum();
     if total == 0 {
         return Ok(None);
@@ -616,6 +730,7 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
     let bits = core_rules::index_bits(nr_funcs);
     let mut index = KVVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
     core_rules::build_index(funcs.iter().map(|f| f.key as u64), &mut index, bits);
+    let tramps = build_tramps(reg, &funcs, &progs)?;
     let table = KBox::new(
         TableC {
             nr_funcs: nr_funcs as u32,
@@ -629,14 +744,91 @@ fn build_table(links: &[Link]) -> Result<Option<Published>> {
     Ok(Some(Published {
         table,
         _index: index,
-        _funcs: funcs,
-        _progs: progs,
+        funcs,
+        progs,
+        tramps,
     }))
 }
 
-/// What a publication replaced: freed once no cpu can read the old table.
+/// The trampoline of each of `funcs` (with `progs`), for [`build_table()`].
+fn build_tramps(reg: &mut Registry, funcs: &[FuncC], progs: &[ProgC]) -> Result<KVVec<Tramp>> {
+    let mut tramps = KVVec::with_capacity(funcs.len(), GFP_KERNEL)?;
+    // Functions needing a new trampoline, and the bytes of them all.
+    let mut fresh = KVVec::<u32>::new();
+    let mut size = 0usize;
+    for (i, f) in funcs.iter().enumerate() {
+        let fprogs = &progs[f.first as usize..][..f.nr_progs as usize];
+        let t = if !reg.own_tramps || f.nr_fentry != f.nr_progs {
+            Tramp::Shared
+        } else if let Some(t) = reg.table.as_ref().and_then(|o| o.reusable(f, fprogs)) {
+            t
+        } else {
+            fresh.push(i as u32, GFP_KERNEL)?;
+            size += tramp_core::len(f.nr_args, f.nr_progs);
+            Tramp::Shared
+        };
+        tramps.push(t, GFP_KERNEL)?;
+    }
+    if fresh.is_empty() {
+        return Ok(tramps);
+    }
+    let size32 = u32::try_from(size).map_err(|_| ENOMEM)?;
+    let mut code = 0usize;
+    reg.images += 1;
+    // SAFETY: `code` is valid for writes.
+    let im = unsafe { shim::rkf_multi_image_alloc(size32, reg.images, &mut code) };
+    if im.is_null() {
+        return Err(ENOMEM);
+    }
+    // INVARIANT: the image is ours; dropping `image` frees it, committed or not.
+    let image = Arc::new(Image { ptr: im }, GFP_KERNEL)?;
+    // int3 wherever a trampoline cannot be generated (its function stays shared).
+    let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
+    let run = shim::rkf_multi_run_fentry as *const () as usize as u64;
+    let mut at = 0usize;
+    for &i in fresh.iter() {
+        let f = &funcs[i as usize];
+        let fprogs = &progs[f.first as usize..][..f.nr_progs as usize];
+        let len = tramp_core::len(f.nr_args, f.nr_progs);
+        let mut slots = KVVec::with_capacity(fprogs.len(), GFP_KERNEL)?;
+        for p in fprogs {
+            slots.push(
+                tramp_core::Prog {
+                    prog: p.prog as u64,
+                    cookie: p.cookie,
+                    stats: p.stats as u64,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        let out = &mut buf[at..at + len];
+        let addr = (code + at) as u64;
+        match tramp_core::emit(out, addr, f.nr_args, f.addr as u64, &slots, run) {
+            Ok(()) => {
+                tramps[i as usize] = Tramp::Own {
+                    _image: image.clone(),
+                    addr: code + at,
+                }
+            }
+            Err(e) => pr_warn!(
+                "function at {:#x} keeps the shared trampoline: {:?}\n",
+                f.addr,
+                e
+            ),
+        }
+        at += len;
+    }
+    // SAFETY: `buf` holds the image's `size` bytes.
+    kernel::error::to_result(unsafe {
+        shim::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
+    })?;
+    Ok(tramps)
+}
+
+/// What a publication replaced: freed once no cpu can read the old table (and, if it
+/// had generated trampolines that sites stopped calling, no task runs them).
 struct Garbage {
-    _table: Option<Published>,
+    table: Option<Published>,
     _link: Option<Link>,
 }
 
@@ -651,10 +843,9 @@ pub(crate) unsafe extern "C" fn rkf_multi_free_garbage(garbage: *mut c_void) {
     drop(unsafe { KBox::from_raw(garbage.cast::<Garbage>()) });
 }
 
-/// Makes `new` the table the trampoline reads.  The old table, and `gone` (a detached
-/// link, which the old table may name), are freed after a grace period, without
-/// waiting for it here.
-fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
+/// Makes `new` the table the trampoline reads; returns what it replaced, for [`defer()`]
+/// once no site calls a generated trampoline only the old table has.
+fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) -> Garbage {
     let raw = new
         .as_ref()
         .map_or(ptr::null(), |p| ptr::from_ref::<TableC>(&p.table));
@@ -662,46 +853,87 @@ fn publish(reg: &mut Registry, new: Option<Published>, gone: Option<Link>) {
     // publication; publications are serialised by the registry lock.
     unsafe { shim::rkf_multi_publish(raw) };
     let old = core::mem::replace(&mut reg.table, new);
-    if old.is_none() && gone.is_none() {
+    Garbage {
+        table: old,
+        _link: gone,
+    }
+}
+
+/// Frees `garbage` after a grace period (and, with `tasks`, once no task runs a generated
+/// trampoline of it), without waiting for it here.
+fn defer(garbage: Garbage, tasks: bool) {
+    if garbage.table.is_none() && garbage._link.is_none() {
         return;
     }
-    let garbage = Garbage {
-        _table: old,
-        _link: gone,
-    };
     match KBox::<Garbage>::new_uninit(GFP_KERNEL) {
         Ok(b) => {
             let b = KBox::write(b, garbage);
             // SAFETY: a box for rkf_multi_free_garbage(), handed over once.
-            unsafe { shim::rkf_multi_defer(KBox::into_raw(b).cast()) };
+            unsafe { shim::rkf_multi_defer(KBox::into_raw(b).cast(), tasks) };
         }
         Err(_) => {
-            // No memory to defer: wait for the grace period here.
+            // No memory to defer: wait for the grace periods here.
             // SAFETY: no preconditions.
-            unsafe { shim::rkf_multi_sync() };
+            unsafe { shim::rkf_multi_sync(tasks) };
             drop(garbage);
         }
     }
 }
 
-/// Whether a link other than `links[skip]` holds `site`.
-fn held_by_others(links: &[Link], skip: usize, site: u64) -> bool {
-    links
-        .iter()
-        .enumerate()
-        .any(|(i, l)| i != skip && l.targets.binary_search_by_key(&site, |t| t.site).is_ok())
+/// The ftrace updates from the routes of `old` to those of `new`: the sites to hook, move
+/// and unhook, each with its trampoline, and whether a generated trampoline retires.
+struct Plan {
+    hook: (KVVec<usize>, KVVec<usize>),
+    moves: (KVVec<usize>, KVVec<usize>),
+    unhook: (KVVec<usize>, KVVec<usize>),
+    retired: bool,
 }
 
-/// Hooks or unhooks `sites` in one ftrace update.
-fn ftrace_update(sites: &[u64], add: bool) -> Result {
-    let mut raw = KVVec::<usize>::with_capacity(sites.len(), GFP_KERNEL)?;
-    for &s in sites {
-        raw.push(s as usize, GFP_KERNEL)?;
+impl Plan {
+    fn new(old: Option<&Published>, new: Option<&Published>) -> Result<Self> {
+        let mut plan = Plan {
+            hook: (KVVec::new(), KVVec::new()),
+            moves: (KVVec::new(), KVVec::new()),
+            unhook: (KVVec::new(), KVVec::new()),
+            retired: false,
+        };
+        let mut failed = false;
+        plan.retired = core_rules::plan_updates(
+            old.into_iter().flat_map(|p| p.routes()),
+            new.into_iter().flat_map(|p| p.routes()),
+            |u, r| {
+                let (sites, tramps) = match u {
+                    Update::Hook => &mut plan.hook,
+                    Update::Move => &mut plan.moves,
+                    Update::Unhook => &mut plan.unhook,
+                };
+                failed |= sites.push(r.site as usize, GFP_KERNEL).is_err()
+                    || tramps.push(r.tramp as usize, GFP_KERNEL).is_err();
+            },
+        );
+        if failed {
+            return Err(ENOMEM);
+        }
+        Ok(plan)
     }
-    // SAFETY: `raw` holds `sites.len()` sites from `rkf_multi_site()`.
+}
+
+/// Hooks, unhooks or moves (`op`) `sites` to or from `tramps`, in one ftrace update.
+fn ftrace_update((sites, tramps): &(KVVec<usize>, KVVec<usize>), op: u32) -> Result {
+    // SAFETY: both vectors hold `sites.len()` entries: sites from `rkf_multi_site()` and
+    // trampolines that live while a table routes a function to them.
     kernel::error::to_result(unsafe {
-        shim::rkf_multi_ftrace_update(raw.as_ptr(), raw.len() as u32, add)
+        shim::rkf_multi_ftrace_update(sites.as_ptr(), tramps.as_ptr(), sites.len() as u32, op)
     })
+}
+
+/// Keeps rkf_multi, `garbage` and `modules` forever, after an ftrace update that failed
+/// to take sites off trampolines that run their programs and code.
+fn leak_after_failed_unhook(garbage: Garbage, modules: KVVec<ModuleRef>) {
+    // SAFETY: no preconditions.
+    unsafe { shim::rkf_multi_pin() };
+    core::mem::forget(garbage);
+    core::mem::forget(modules);
 }
 
 /// Attaches a new link as `req` asks; returns its id.
@@ -746,12 +978,10 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         )));
     }
 
-    let mut new_sites = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
-    let mut nr_new = 0;
     let modules = modules.into_modules()?;
     let mut reg = LINKS.lock();
     // Limits per function, against the links already there, and in the same pass the
-    // functions no link holds yet: those the attach hooks in ftrace.
+    // functions no link holds yet: another direct trampoline must not own them.
     for (t, i) in targets.iter() {
         let mut on_site = 0u32;
         for l in reg.links.iter() {
@@ -771,9 +1001,12 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
                 Refusal::TooManyLinks,
             )));
         }
-        if on_site == 0 {
-            new_sites[nr_new] = t.site;
-            nr_new += 1;
+        // SAFETY: any site may be asked about.
+        if on_site == 0 && unsafe { shim::rkf_multi_site_owner(t.site as usize) } != 0 {
+            return Err(AttachError::Refused(Refused::new(
+                *i as usize,
+                Refusal::Busy,
+            )));
         }
     }
 
@@ -807,24 +1040,47 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         // Unpublished: the link was never visible, its program ref goes with it.
         drop(reg.links.pop());
     };
-    let table = match build_table(&reg.links) {
-        Ok(t) => t,
+    let (table, plan) = match build_table(&mut reg)
+        .and_then(|t| Plan::new(reg.table.as_ref(), t.as_ref()).map(|p| (t, p)))
+    {
+        Ok(tp) => tp,
         Err(e) => {
             undo(&mut reg);
             return Err(e.into());
         }
     };
-    // First hook the new functions (the trampoline finds nothing for them in the old
-    // table), then publish: a failure leaves nothing behind, and functions shared with
-    // other links never miss a call.
-    if let Err(e) = ftrace_update(&new_sites[..nr_new], true) {
+    // First hook the new functions and move those whose trampoline changes (the shared
+    // trampoline finds them in the old table, with their old programs), then publish: a
+    // failure leaves nothing behind, and functions shared with other links never miss a
+    // call.  Attaching unhooks nothing.
+    if let Err(e) = ftrace_update(&plan.hook, shim::HOOK) {
         undo(&mut reg);
         // -EINVAL from update_ftrace_direct_add(): a site gained another direct
-        // trampoline since check_target().
+        // trampoline since it was checked.
         return Err(if e == EINVAL { EBUSY } else { e }.into());
     }
+    if let Err(e) = ftrace_update(&plan.moves, shim::MOVE) {
+        // The new functions ran the new table's trampolines for a while: those, and the
+        // link whose program and counters they name, go once no task runs them.
+        let garbage = Garbage {
+            table,
+            _link: reg.links.pop(),
+        };
+        if let Err(u) = ftrace_update(&plan.hook, shim::UNHOOK) {
+            pr_err!(
+                "unhooking {} functions after a failed attach: {:?}; they stay hooked\n",
+                plan.hook.0.len(),
+                u
+            );
+            leak_after_failed_unhook(garbage, KVVec::new());
+        } else {
+            defer(garbage, true);
+        }
+        return Err(e.into());
+    }
     reg.next_id += 1;
-    publish(&mut reg, table, None);
+    let garbage = publish(&mut reg, table, None);
+    defer(garbage, plan.retired);
     Ok(id)
 }
 
@@ -834,24 +1090,15 @@ fn detach(id: u64) {
     let Some(pos) = reg.links.iter().position(|l| l.id == id) else {
         return;
     };
-    let links = &reg.links;
-    let Ok(mut out) = KVVec::from_elem(0u64, links[pos].targets.len(), GFP_KERNEL) else {
-        pr_err!("out of memory detaching link {}: it stays attached\n", id);
-        return;
-    };
-    let n = core_rules::transitions(
-        links[pos].targets.iter().map(|t| t.site),
-        |s| held_by_others(links, pos, s),
-        &mut out,
-    );
-    let gone = (out, n);
     let Ok(mut link) = reg.links.remove(pos) else {
         return;
     };
     // The traced modules stay until their functions are unhooked, below.
     let modules = core::mem::replace(&mut link.modules, KVVec::new());
-    let table = match build_table(&reg.links) {
-        Ok(t) => t,
+    let (table, plan) = match build_table(&mut reg)
+        .and_then(|t| Plan::new(reg.table.as_ref(), t.as_ref()).map(|p| (t, p)))
+    {
+        Ok(tp) => tp,
         Err(_) => {
             pr_err!("out of memory detaching link {}: it stays attached\n", id);
             // Put it back where it was.
@@ -860,20 +1107,26 @@ fn detach(id: u64) {
             return;
         }
     };
-    // Publish first: once no table names them, the unhooked sites find nothing.  The
-    // link (its program and counters) goes with the old table, after a grace period.
-    publish(&mut reg, table, Some(link));
-    if let Err(e) = ftrace_update(&gone.0[..gone.1], false) {
+    // Publish first: once no table names them, the functions the shared trampoline serves
+    // run the link's program no more.  Then move and unhook the others; the old table and
+    // the link (its program and counters) go once no cpu reads that table and no task
+    // runs a trampoline it had.
+    let garbage = publish(&mut reg, table, Some(link));
+    let moved = ftrace_update(&plan.moves, shim::MOVE);
+    let unhooked = ftrace_update(&plan.unhook, shim::UNHOOK);
+    if moved.is_err() || unhooked.is_err() {
         pr_err!(
-            "unhooking {} functions of link {}: {:?}; they stay hooked, running no program, and their modules stay loaded\n",
-            gone.1,
+            "detaching link {}: moving {} functions: {:?}, unhooking {}: {:?}; they stay on their trampolines, with the link's program, and rkf_multi and their modules stay loaded\n",
             id,
-            e
+            plan.moves.0.len(),
+            moved,
+            plan.unhook.0.len(),
+            unhooked
         );
-        // A module must not go while ftrace still calls into its functions for us.
-        core::mem::forget(modules);
+        leak_after_failed_unhook(garbage, modules);
         return;
     }
+    defer(garbage, plan.retired);
     drop(modules);
 }
 

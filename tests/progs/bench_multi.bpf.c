@@ -26,6 +26,12 @@ int BPF_PROG(single_fentry)
 	return 0;
 }
 
+SEC("fexit/__x64_sys_getpgid")
+int BPF_PROG(single_fexit)
+{
+	return 0;
+}
+
 SEC("kprobe.multi")
 int kprobe_multi(struct pt_regs *ctx)
 {

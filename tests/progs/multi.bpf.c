@@ -105,6 +105,18 @@ int BPF_PROG(multi_fexit, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u6
 	return 0;
 }
 
+/* A kernel stack taken by an fentry program: it walks through the function's trampoline. */
+__u64 stack[32];
+long stack_len;
+
+RKF_MULTI_FENTRY
+int BPF_PROG(multi_stack)
+{
+	if (wanted() && !stack_len)
+		stack_len = bpf_get_stack(ctx, stack, sizeof(stack), 0);
+	return 0;
+}
+
 /* Counters k (fentry) and NR_COUNTERS + k (fexit), one program each. */
 #define COUNTER(k)								\
 RKF_MULTI_FENTRY								\

@@ -51,6 +51,10 @@ pub const TESTS: &[Test] = &[
         run: intersect,
     },
     Test {
+        name: "multi_generated_trampolines",
+        run: generated_trampolines,
+    },
+    Test {
         name: "multi_refusals_and_rollback",
         run: refusals,
     },
@@ -167,6 +171,7 @@ fn reset(skel: &mut MultiSkel<'_>) -> Result<()> {
         c.fill(0);
     }
     bss.unknown_ip = 0;
+    bss.stack_len = 0;
     Ok(())
 }
 
@@ -347,6 +352,120 @@ fn intersect() -> Result<()> {
     }
     diag!("{rounds} combinations of 4 overlapping links, exact counts");
     Ok(())
+}
+
+/// The images of generated trampolines that kallsyms shows now.
+fn tramp_images() -> Result<Vec<String>> {
+    Ok(Kallsyms::load()?
+        .symbols()
+        .iter()
+        .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_fentry_"))
+        .map(|s| s.name.clone())
+        .collect())
+}
+
+/// Waits until kallsyms shows no image of generated trampolines: they go once no task can
+/// run them any more (an RCU tasks grace period after their last link closed).
+fn wait_no_tramp_images(what: &str) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let left = tramp_images()?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            bail!("{what}: images still in kallsyms after 60 s: {left:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Functions whose programs are all fentry run through trampolines generated for them,
+/// BPF text that kallsyms names rkf_multi_fentry_<n>: a stack taken inside the program
+/// shows one, and walks on through it to the traced function and its callers.  Images
+/// are shared by the functions of one operation, replaced when a function's programs
+/// change, and freed once no link uses them.
+fn generated_trampolines() -> Result<()> {
+    let mut obj = MaybeUninit::uninit();
+    let (mut skel, funcs) = setup(&mut obj)?;
+    wait_no_tramp_images("before the test")?;
+    let link = attach(&skel.progs.multi_stack, &funcs[..1], None)?;
+    let images = tramp_images()?;
+    check_eq!(images.len(), 1, "images with one fentry link: {images:?}");
+    let bss = run_once(&mut skel)?;
+    check!(
+        bss.stack_len > 0,
+        "bpf_get_stack() in the program: {}",
+        bss.stack_len
+    );
+    let ks = Kallsyms::load()?;
+    let frames: Vec<String> = bss.stack[..bss.stack_len as usize / 8]
+        .iter()
+        .map(|&a| match ks.symbolize(a) {
+            Some((s, _)) => s.name.clone(),
+            None => format!("{a:#x}"),
+        })
+        .collect();
+    diag!("stack: {}", frames.join(" <- "));
+    let at = |name: &str| frames.iter().position(|f| f == name);
+    let tramp = frames.iter().position(|f| f == &images[0]);
+    check!(
+        tramp.is_some(),
+        "the stack shows the generated trampoline {}",
+        images[0]
+    );
+    check!(
+        at("bpf_fentry_test1") > tramp && at("bpf_prog_test_run_tracing") > at("bpf_fentry_test1"),
+        "the stack walks through the trampoline to bpf_fentry_test1 and its caller"
+    );
+    // A second link on more functions: one new image, for the functions it changed; the
+    // first image goes once no function uses it.  Closing the first link then changes
+    // bpf_fentry_test1's programs again: it gets a third image.
+    let counter = attach(&skel.progs.count_fentry0, &funcs, None)?;
+    drop(link);
+    let bss = run_once(&mut skel)?;
+    check!(
+        bss.counts[0][..funcs.len()].iter().all(|&c| c == 1),
+        "one hit per function: {:?}",
+        &bss.counts[0][..funcs.len()]
+    );
+    check_eq!(bss.stack_len, 0, "the closed link's program ran");
+    let start = std::time::Instant::now();
+    while tramp_images()?.contains(&images[0]) {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            bail!("the first image is still in kallsyms after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // The one of the eight functions whose programs stayed, and bpf_fentry_test1's new one.
+    let left = tramp_images()?;
+    check_eq!(
+        left.len(),
+        2,
+        "images after the first link closed: {left:?}"
+    );
+    // An fexit program on some of them moves those to the shared trampoline: still one
+    // hit per function for each program.
+    let fexit = attach(&skel.progs.count_fexit2, &funcs[..3], None)?;
+    let bss = run_once(&mut skel)?;
+    check!(
+        bss.counts[0][..funcs.len()].iter().all(|&c| c == 1)
+            && bss.counts[6][..3].iter().all(|&c| c == 1),
+        "fentry and fexit counts with both links: {:?} {:?}",
+        &bss.counts[0][..funcs.len()],
+        &bss.counts[6][..3]
+    );
+    drop(fexit);
+    let bss = run_once(&mut skel)?;
+    check!(
+        bss.counts[0][..funcs.len()].iter().all(|&c| c == 1)
+            && bss.counts[6].iter().all(|&c| c == 0),
+        "counts after the fexit link closed: {:?} {:?}",
+        &bss.counts[0][..funcs.len()],
+        &bss.counts[6][..3]
+    );
+    drop(counter);
+    wait_no_tramp_images("after every link closed")
 }
 
 /// A function that BTF and kallsyms know, that ftrace cannot hook (notrace).

@@ -11,3 +11,4 @@
 pub mod multi;
 pub mod percpu;
 pub mod stack;
+pub mod tramp;

@@ -414,23 +414,61 @@ impl Iterator for Groups<'_> {
     }
 }
 
-/// Writes to `out` the sites of `sites` that no other link holds (`held_elsewhere`), and
-/// returns how many: the functions that a link operation on `sites` hooks (attach) or
-/// unhooks (detach) in ftrace, the 0-to-1 and 1-to-0 transitions.  `out` must have room
-/// for every site.
-pub fn transitions(
-    sites: impl Iterator<Item = u64>,
-    held_elsewhere: impl Fn(u64) -> bool,
-    out: &mut [u64],
-) -> usize {
-    let mut n = 0;
-    for s in sites {
-        if !held_elsewhere(s) {
-            out[n] = s;
-            n += 1;
+/// What an operation does to one traced function in ftrace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// Its first program came: hook the site to its trampoline.
+    Hook,
+    /// Its programs changed, and with them its trampoline: move the site to the new one.
+    Move,
+    /// Its last program went: unhook the site from its trampoline.
+    Unhook,
+}
+
+/// One traced function's route: its ftrace site and the trampoline the site calls (0 for
+/// the shared one).  An operation turns the routes before it into the routes after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The ftrace site.
+    pub site: u64,
+    /// The trampoline, or 0 for the shared one.
+    pub tramp: u64,
+}
+
+/// Calls `update` for every function whose route differs between `old` and `new` (both
+/// sorted by site, one route per site), with the site and the trampoline to hook or move
+/// to, or to unhook from.  Returns whether a generated trampoline (non-zero) of `old`
+/// stops being called: then it must outlive every task that may still run it.
+pub fn plan_updates(
+    old: impl Iterator<Item = Route>,
+    new: impl Iterator<Item = Route>,
+    mut update: impl FnMut(Update, Route),
+) -> bool {
+    let (mut old, mut new) = (old.peekable(), new.peekable());
+    let mut retired = false;
+    loop {
+        match (old.peek().copied(), new.peek().copied()) {
+            (None, None) => return retired,
+            (Some(o), n) if n.is_none_or(|n| o.site < n.site) => {
+                update(Update::Unhook, o);
+                retired |= o.tramp != 0;
+                old.next();
+            }
+            (o, Some(n)) if o.is_none_or(|o| n.site < o.site) => {
+                update(Update::Hook, n);
+                new.next();
+            }
+            (Some(o), Some(n)) => {
+                if o.tramp != n.tramp {
+                    update(Update::Move, n);
+                    retired |= o.tramp != 0;
+                }
+                old.next();
+                new.next();
+            }
+            _ => unreachable!(),
         }
     }
-    n
 }
 
 /// `GOLDEN_RATIO_64` of include/linux/hash.h.

@@ -242,7 +242,7 @@ fn fuzz_shape_and_count() {
     );
 }
 
-// ---- table order, transitions, lookup, heapsort ---------------------------------------
+// ---- table order, ftrace updates, lookup, heapsort ---------------------------------------
 
 #[test]
 fn fuzz_links() {
@@ -253,7 +253,7 @@ fn fuzz_links() {
         any::<u64>(),
     );
     fuzz(
-        "order_slots/transitions/lookup",
+        "order_slots/plan_updates/lookup",
         case,
         |(links, op, probe)| {
             // Slots of every link, shuffled by the order the links are given in.
@@ -287,7 +287,9 @@ fn fuzz_links() {
                 at = g.end;
             }
             prop_assert_eq!(at, ordered.len());
-            // Transitions of attaching `op`: its sites that no link holds yet.
+            // The ftrace updates of attaching `op` (fentry only, so every site of it
+            // gets a generated trampoline, numbered by site): its sites that no link holds
+            // yet are hooked, the others move off the shared trampoline.
             let held: BTreeSet<u64> = slots.iter().map(|s| s.site).collect();
             let mut op_sites: Vec<u64> = op
                 .iter()
@@ -295,14 +297,39 @@ fn fuzz_links() {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let mut out = vec![0; op_sites.len()];
-            let n = multi::transitions(op_sites.iter().copied(), |s| held.contains(&s), &mut out);
+            let before = held.iter().map(|&site| multi::Route { site, tramp: 0 });
+            let after: BTreeSet<u64> = held
+                .union(&op_sites.iter().copied().collect())
+                .copied()
+                .collect();
+            let after = after.iter().map(|&site| multi::Route {
+                site,
+                tramp: if op_sites.contains(&site) {
+                    site + 1
+                } else {
+                    0
+                },
+            });
+            let mut hooked = Vec::new();
+            let mut moved = Vec::new();
+            let retired = multi::plan_updates(before, after, |u, r| match u {
+                multi::Update::Hook => hooked.push(r.site),
+                multi::Update::Move => moved.push(r.site),
+                multi::Update::Unhook => unreachable!("attach unhooks nothing"),
+            });
+            prop_assert!(!retired);
             let want: Vec<u64> = op_sites
                 .iter()
                 .copied()
                 .filter(|s| !held.contains(s))
                 .collect();
-            prop_assert_eq!(&out[..n], &want[..]);
+            prop_assert_eq!(hooked, want);
+            let want: Vec<u64> = op_sites
+                .iter()
+                .copied()
+                .filter(|s| held.contains(s))
+                .collect();
+            prop_assert_eq!(moved, want);
             // The index finds every key, and nothing else (a linear search agrees), with
             // keys shaped like kernel text addresses (return addresses past ftrace sites,
             // 16-byte aligned functions) as well as small ones.

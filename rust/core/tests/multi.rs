@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Host tests of rkf_multi's rules: glob matching against a reference matcher, the table
-//! order of overlapping links, and the ftrace transitions of link operations.
+//! order of overlapping links, and the ftrace updates of link operations.
 
 use std::collections::BTreeSet;
 
@@ -195,19 +195,41 @@ proptest! {
         prop_assert_eq!(a, want);
     }
 
-    /// The sites a link operation hooks or unhooks are exactly those no other link holds.
+    /// The ftrace updates of an operation are the differences between its routes before
+    /// and after: hook what is new, unhook what went, move what changed trampoline, and
+    /// nothing else; a generated trampoline retires when its site moves off it or goes.
     #[test]
-    fn transitions_are_set_differences(
-        link in prop::collection::btree_set(0u64..40, 0..15),
-        others in prop::collection::vec(prop::collection::btree_set(0u64..40, 0..15), 0..4),
+    fn plan_updates_is_the_route_difference(
+        old in prop::collection::btree_map(0u64..40, 0u64..3, 0..20),
+        new in prop::collection::btree_map(0u64..40, 0u64..3, 0..20),
     ) {
-        let sorted: Vec<u64> = link.iter().copied().collect();
-        let others: Vec<Vec<u64>> = others.iter().map(|o| o.iter().copied().collect()).collect();
-        let mut out = vec![0; sorted.len()];
-        let held = |s: u64| others.iter().any(|o| o.binary_search(&s).is_ok());
-        let n = transitions(sorted.iter().copied(), held, &mut out);
-        let union: BTreeSet<u64> = others.iter().flatten().copied().collect();
-        let want: Vec<u64> = link.difference(&union).copied().collect();
-        prop_assert_eq!(&out[..n], &want[..]);
+        let routes = |m: &std::collections::BTreeMap<u64, u64>| -> Vec<Route> {
+            m.iter().map(|(&site, &tramp)| Route { site, tramp }).collect()
+        };
+        let mut got = Vec::new();
+        let retired = plan_updates(
+            routes(&old).into_iter(),
+            routes(&new).into_iter(),
+            |u, r| got.push((u, r.site, r.tramp)),
+        );
+        let mut want = Vec::new();
+        let mut want_retired = false;
+        let sites: BTreeSet<u64> = old.keys().chain(new.keys()).copied().collect();
+        for s in sites {
+            match (old.get(&s), new.get(&s)) {
+                (None, Some(&t)) => want.push((Update::Hook, s, t)),
+                (Some(&t), None) => {
+                    want.push((Update::Unhook, s, t));
+                    want_retired |= t != 0;
+                }
+                (Some(&o), Some(&t)) if o != t => {
+                    want.push((Update::Move, s, t));
+                    want_retired |= o != 0;
+                }
+                _ => {}
+            }
+        }
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(retired, want_retired);
     }
 }

@@ -384,7 +384,12 @@ mod multi {
         (d.as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
     }
 
+    /// `CALLS` getpgid() calls, timed.  It first sleeps a little, so that work the last
+    /// attach or detach left to workers (rkf_multi frees old tables and trampolines after
+    /// RCU and RCU tasks grace periods) does not run on the other vCPU meanwhile: under
+    /// -icount, every vCPU's instructions advance the clock.
     fn getpgid_loop() -> Duration {
+        std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
         for _ in 0..CALLS {
             // SAFETY: a plain syscall.
@@ -501,7 +506,12 @@ mod multi {
             let _l = skel.progs.single_fentry.attach().context("single fentry")?;
             per(getpgid_loop())
         };
-        let mut rows: Vec<(&str, f64)> = vec![("single fentry", single)];
+        let single_fexit = {
+            let _l = skel.progs.single_fexit.attach().context("single fexit")?;
+            per(getpgid_loop())
+        };
+        let mut rows: Vec<(&str, f64)> =
+            vec![("single fentry", single), ("single fexit", single_fexit)];
         {
             let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -529,6 +539,14 @@ mod multi {
         for (name, ns) in &rows {
             println!("| {name} | {ns:.0} | {:.2}x |", ns / single);
         }
+        let of = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
+        println!();
+        println!(
+            "rkf_multi fentry vs single fentry: {:.2}x (goal: at most 1.10x); rkf_multi fexit vs single fexit: {:.2}x; kprobe_multi vs rkf_multi fentry: {:.2}x (goal: at least 1.5x)",
+            of("rkf_multi fentry") / single,
+            of("rkf_multi fexit") / single_fexit,
+            of("kprobe_multi") / of("rkf_multi fentry")
+        );
 
         // The same hit with many other functions attached: what the lookup of the traced
         // function costs as the set grows.  The others are attached first and the loop
@@ -536,8 +554,12 @@ mod multi {
         println!();
         println!("Per call of getpgid() with other functions attached (ns = instructions):");
         println!();
-        println!("| functions attached besides | rkf_multi fentry (ns) | kprobe_multi (ns) |");
-        println!("|---------------------------:|----------------------:|------------------:|");
+        println!(
+            "| functions attached besides | rkf_multi fentry (ns) | rkf_multi fexit (ns) | kprobe_multi (ns) |"
+        );
+        println!(
+            "|---------------------------:|----------------------:|---------------------:|------------------:|"
+        );
         let others: Vec<Func> = funcs
             .iter()
             .filter(|f| f.name != "__x64_sys_getpgid")
@@ -548,14 +570,14 @@ mod multi {
                 continue;
             }
             let set = &others[..n];
-            let rkf = {
-                let _others = Link::attach(&skel.progs.rkf_fentry, set, None)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let rkf = |prog| -> Result<f64> {
+                let _others = Link::attach(prog, set, None).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let base = getpgid_loop();
-                let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                per_call(getpgid_loop(), base)
+                let _l = Link::attach(prog, &target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+                Ok(per_call(getpgid_loop(), base))
             };
+            let (rkf_fentry, rkf_fexit) =
+                (rkf(&skel.progs.rkf_fentry)?, rkf(&skel.progs.rkf_fexit)?);
             let kprobe = {
                 let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
                 let _others = skel.progs.kprobe_multi.attach_kprobe_multi(false, syms)?;
@@ -566,7 +588,7 @@ mod multi {
                     .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
                 per_call(getpgid_loop(), base)
             };
-            println!("| {n} | {rkf:.0} | {kprobe:.0} |");
+            println!("| {n} | {rkf_fentry:.0} | {rkf_fexit:.0} | {kprobe:.0} |");
         }
         Ok(())
     }
