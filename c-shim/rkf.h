@@ -237,6 +237,7 @@ u64 rkf_multi_enter(u64 *ctx, unsigned long key);
 void rkf_multi_exit(u64 *ctx, unsigned long key);
 
 struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id);
+u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
 void rkf_multi_prog_put(struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);

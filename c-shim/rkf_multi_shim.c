@@ -200,6 +200,19 @@ struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id)
 }
 
 /**
+ * rkf_multi_prog_ctx_args() - how many argument slots of ctx a program reads
+ * @prog: an rkf_multi program
+ *
+ * The verifier records the end of the furthest ctx access (check_ctx_access()).
+ *
+ * Return: 0 to 6, for the generated trampolines to save as many argument registers.
+ */
+u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog)
+{
+	return min(DIV_ROUND_UP(prog->aux->max_ctx_offset, sizeof(u64)), 6U);
+}
+
+/**
  * rkf_multi_prog_put() - drop a reference from rkf_multi_prog_get()
  * @prog: the program
  */
@@ -399,10 +412,12 @@ static struct ftrace_ops rkf_multi_ops;
  * @op:    RKF_MULTI_HOOK, RKF_MULTI_UNHOOK or RKF_MULTI_MOVE
  *
  * All or nothing: on failure no site changed.  A site that moves never misses a call:
- * ftrace calls through its list function while the trampolines change.
+ * ftrace calls through its list function while the trampolines change.  The caller
+ * knows each site's current trampoline: update_ftrace_direct_del() checks it,
+ * update_ftrace_direct_mod() does not (and skips sites that are not direct calls).
  *
  * Return: 0, -ENOMEM, or -EINVAL when a site to hook has another direct trampoline (or,
- * to unhook or move, is not rkf_multi's with that trampoline).
+ * to unhook, is not rkf_multi's with that trampoline).
  */
 int rkf_multi_ftrace_update(const unsigned long *sites, const unsigned long *tramps, u32 n,
 			    u32 op)
@@ -462,11 +477,13 @@ notrace void rkf_multi_run_fentry(const struct rkf_multi_prog *p, u64 *ctx)
  * @ksym: its symbol: kallsyms, perf and the unwinder know it as BPF text
  * @code: the text, from the BPF pack allocator
  * @size: its size
+ * @rcu:  frees the image once no reader of the BPF ksym tree can see @ksym
  */
 struct rkf_multi_image {
 	struct bpf_ksym ksym;
 	void *code;
 	u32 size;
+	struct rcu_head rcu;
 };
 
 /**
@@ -537,7 +554,8 @@ void rkf_multi_image_free(struct rkf_multi_image *im)
 	if (im->ksym.start)
 		bpf_image_ksym_del(&im->ksym);
 	arch_free_bpf_trampoline(im->code, im->size);
-	kfree(im);
+	/* bpf_ksym_find() walks the ksym tree under RCU (the unwinder, kallsyms). */
+	kfree_rcu(im, rcu);
 }
 
 /**
@@ -576,49 +594,68 @@ void rkf_multi_pin(void)
 	__module_get(THIS_MODULE);
 }
 
-/* Garbage of rust/multi.rs waiting for a grace period, freed in process context. */
+/* Garbage of rust/multi.rs waiting for grace periods, freed in process context. */
 struct rkf_multi_deferred {
 	struct rcu_work rwork;
+	struct rcu_head tasks_rcu;
+	struct work_struct free_work;
 	void *garbage;
 	bool tasks;
 };
 
 static struct workqueue_struct *rkf_multi_wq;
 
+static void rkf_multi_deferred_free(struct work_struct *work)
+{
+	struct rkf_multi_deferred *d = container_of(work, struct rkf_multi_deferred, free_work);
+
+	rkf_multi_free_garbage(d->garbage);
+	kfree(d);
+}
+
+/* No task runs the garbage's trampolines any more: free it, in process context. */
+static void rkf_multi_deferred_tasks_done(struct rcu_head *rcu)
+{
+	struct rkf_multi_deferred *d = container_of(rcu, struct rkf_multi_deferred, tasks_rcu);
+
+	queue_work(rkf_multi_wq, &d->free_work);
+}
+
+/* No cpu reads the garbage's table any more; for trampolines, wait for tasks too. */
 static void rkf_multi_deferred_fn(struct work_struct *work)
 {
 	struct rkf_multi_deferred *d =
 		container_of(to_rcu_work(work), struct rkf_multi_deferred, rwork);
 
 	if (d->tasks)
-		synchronize_rcu_tasks();
-	rkf_multi_free_garbage(d->garbage);
-	kfree(d);
+		call_rcu_tasks(&d->tasks_rcu, rkf_multi_deferred_tasks_done);
+	else
+		rkf_multi_deferred_free(&d->free_work);
 }
 
 /**
  * rkf_multi_defer() - free garbage after a grace period, without waiting for it
  * @garbage: for rkf_multi_free_garbage()
  * @tasks:   it holds generated trampolines no site calls any more: wait also until no
- *           task runs them (synchronize_rcu_tasks(), which covers tasks preempted there)
+ *           task runs them (an RCU tasks grace period, which covers tasks preempted there)
  *
- * Once no cpu can read a table published before, a worker frees @garbage: the old table,
- * a detached link, whose program reference must be dropped in process context, and
- * trampolines.  Without memory for that, waits for the grace periods here instead.
+ * Once no cpu can read a table published before (and, with @tasks, no task runs a
+ * trampoline of it), a worker frees @garbage: the old table, a detached link, whose
+ * program reference must be dropped in process context, and trampolines.  No worker
+ * blocks meanwhile.  Without memory for that, waits for the grace periods here instead.
  */
 void rkf_multi_defer(void *garbage, bool tasks)
 {
 	struct rkf_multi_deferred *d = kmalloc(sizeof(*d), GFP_KERNEL);
 
 	if (!d) {
-		synchronize_rcu();
-		if (tasks)
-			synchronize_rcu_tasks();
+		rkf_multi_sync(tasks);
 		rkf_multi_free_garbage(garbage);
 		return;
 	}
 	d->garbage = garbage;
 	d->tasks = tasks;
+	INIT_WORK(&d->free_work, rkf_multi_deferred_free);
 	INIT_RCU_WORK(&d->rwork, rkf_multi_deferred_fn);
 	queue_rcu_work(rkf_multi_wq, &d->rwork);
 }
@@ -639,7 +676,10 @@ void rkf_multi_exit_deferred(void)
 {
 	/* Every queue_rcu_work() has its call_rcu() done after this... */
 	rcu_barrier();
-	/* ...and its work queued; drain_workqueue() waits for it. */
+	/* ...its work run, and with it every call_rcu_tasks()... */
+	flush_workqueue(rkf_multi_wq);
+	/* ...whose callbacks queue the last works, which destroy_workqueue() drains. */
+	rcu_barrier_tasks();
 	destroy_workqueue(rkf_multi_wq);
 }
 

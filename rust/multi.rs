@@ -159,6 +159,7 @@ mod shim {
     extern "C" {
         pub(super) fn rkf_multi_prog_get(fd: u32, fexit: *mut bool, id: *mut u32) -> *mut BpfProgC;
         pub(super) fn rkf_multi_prog_put(prog: *mut BpfProgC);
+        pub(super) fn rkf_multi_prog_ctx_args(prog: *const BpfProgC) -> u32;
         pub(super) fn rkf_multi_prog_btf(prog: *const BpfProgC) -> *const BtfC;
         pub(super) fn rkf_multi_shape(btf: *const BtfC, btf_id: u32, shape: *mut ShapeC) -> c_int;
         pub(super) fn rkf_multi_btf_get(fd: c_int) -> *mut BtfC;
@@ -406,24 +407,33 @@ struct Link {
 }
 
 /// Generated trampolines (rkf_core::tramp) in BPF text: one image per operation, holding
-/// the trampolines of the functions whose programs it changed.
+/// the trampolines of the functions whose programs it changed, and their slots.
 ///
 /// # Invariants
 ///
-/// `ptr` is an image from `rkf_multi_image_alloc()` that this object owns.
+/// `ptr` is an image from `rkf_multi_image_alloc()` that this object owns.  Its code is
+/// run only while a table holds the image: tables are dropped only after every site left
+/// the trampolines only they hold and no task can be running them (rkf_multi_defer() with
+/// `tasks`), or, for a table never published, before any site called them.
 struct Image {
     ptr: *mut shim::ImageC,
+    /// The programs the code names, by address: `struct rkf_multi_prog` in kernel data,
+    /// not in the executable image.  Never resized.
+    slots: KVVec<ProgC>,
+    /// Functions whose trampolines were generated into it.
+    funcs: u32,
 }
 
-// SAFETY: an image is freed once, from any task, when the last table using it goes.
+// SAFETY: an image is freed once, from any task, when the last table using it goes; its
+// slots name programs and counters that outlive it (they go with the same garbage).
 unsafe impl Send for Image {}
-// SAFETY: shared images are only read (their address), never written.
+// SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
 
 impl Drop for Image {
     fn drop(&mut self) {
-        // SAFETY: this object owns the image (type invariant); whoever drops the last
-        // reference has made sure no site calls it and no task runs it any more.
+        // SAFETY: this object owns the image and no code runs in it any more (type
+        // invariant).
         unsafe { shim::rkf_multi_image_free(self.ptr) };
     }
 }
@@ -433,8 +443,8 @@ impl Drop for Image {
 enum Tramp {
     /// c-shim/rkf_multi_tramp.S, which finds the function in the table.
     Shared,
-    /// Its own, at `addr`, in `_image` (which it keeps).
-    Own { _image: Arc<Image>, addr: usize },
+    /// Its own, at `addr`, in `image` (which it keeps).
+    Own { image: Arc<Image>, addr: usize },
 }
 
 impl Tramp {
@@ -750,79 +760,151 @@ fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
     }))
 }
 
-/// The trampoline of each of `funcs` (with `progs`), for [`build_table()`].
+/// The trampoline of each of `funcs` (with `progs`), for [`build_table()`].  Generating
+/// trampolines never fails an operation: a function it fails for (no memory for an
+/// image, or rkf_multi_run_fentry() out of reach) takes the shared trampoline.
 fn build_tramps(reg: &mut Registry, funcs: &[FuncC], progs: &[ProgC]) -> Result<KVVec<Tramp>> {
     let mut tramps = KVVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions needing a new trampoline, and the bytes of them all.
-    let mut fresh = KVVec::<u32>::new();
-    let mut size = 0usize;
-    for (i, f) in funcs.iter().enumerate() {
+    // What each function could keep, and how many functions would keep each image: an
+    // image most of whose functions moved on is not kept alive by the few that stay
+    // (they get new trampolines), so images hold at most twice the live code.
+    let mut kept = KVVec::<(*const Image, u32)>::new();
+    let mut cands = KVVec::<Option<Tramp>>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    for f in funcs {
         let fprogs = &progs[f.first as usize..][..f.nr_progs as usize];
-        let t = if !reg.own_tramps || f.nr_fentry != f.nr_progs {
-            Tramp::Shared
-        } else if let Some(t) = reg.table.as_ref().and_then(|o| o.reusable(f, fprogs)) {
-            t
+        let cand = if reg.own_tramps && f.nr_fentry == f.nr_progs {
+            reg.table.as_ref().and_then(|o| o.reusable(f, fprogs))
         } else {
-            fresh.push(i as u32, GFP_KERNEL)?;
-            size += tramp_core::len(f.nr_args, f.nr_progs);
-            Tramp::Shared
+            None
+        };
+        if let Some(Tramp::Own { image, .. }) = &cand {
+            let p = Arc::as_ptr(image);
+            match kept.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, n)) => *n += 1,
+                None => kept.push((p, 1), GFP_KERNEL)?,
+            }
+        }
+        cands.push(cand, GFP_KERNEL)?;
+    }
+    let mut fresh = KVVec::<u32>::new();
+    for (i, (f, cand)) in funcs.iter().zip(cands).enumerate() {
+        let t = match cand {
+            Some(Tramp::Own { image, addr })
+                if kept
+                    .iter()
+                    .any(|&(p, n)| p == Arc::as_ptr(&image) && 2 * n >= image.funcs) =>
+            {
+                Tramp::Own { image, addr }
+            }
+            _ => {
+                if reg.own_tramps && f.nr_fentry == f.nr_progs {
+                    fresh.push(i as u32, GFP_KERNEL)?;
+                }
+                Tramp::Shared
+            }
         };
         tramps.push(t, GFP_KERNEL)?;
     }
-    if fresh.is_empty() {
-        return Ok(tramps);
+    if !fresh.is_empty() {
+        reg.images += 1;
+        if let Err(e) = generate(reg.images, funcs, progs, &fresh, &mut tramps) {
+            pr_warn!(
+                "{} functions keep the shared trampoline: generating theirs failed: {:?}\n",
+                fresh.len(),
+                e
+            );
+        }
     }
-    let size32 = u32::try_from(size).map_err(|_| ENOMEM)?;
-    let mut code = 0usize;
-    reg.images += 1;
-    // SAFETY: `code` is valid for writes.
-    let im = unsafe { shim::rkf_multi_image_alloc(size32, reg.images, &mut code) };
-    if im.is_null() {
-        return Err(ENOMEM);
-    }
-    // INVARIANT: the image is ours; dropping `image` frees it, committed or not.
-    let image = Arc::new(Image { ptr: im }, GFP_KERNEL)?;
-    // int3 wherever a trampoline cannot be generated (its function stays shared).
-    let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
-    let run = shim::rkf_multi_run_fentry as *const () as usize as u64;
-    let mut at = 0usize;
-    for &i in fresh.iter() {
+    Ok(tramps)
+}
+
+/// Generates, in one new image numbered `seq`, the trampolines of `funcs[i]` for each `i`
+/// of `fresh`, and routes them there in `tramps` (which they leave shared on failure).
+fn generate(
+    seq: u64,
+    funcs: &[FuncC],
+    progs: &[ProgC],
+    fresh: &[u32],
+    tramps: &mut [Tramp],
+) -> Result {
+    // Per function: its offset in the code and the registers to save; then the slots.
+    let mut plan = KVVec::<(usize, u32)>::with_capacity(fresh.len(), GFP_KERNEL)?;
+    let (mut size, mut nr_slots) = (0usize, 0usize);
+    for &i in fresh {
         let f = &funcs[i as usize];
-        let fprogs = &progs[f.first as usize..][..f.nr_progs as usize];
-        let len = tramp_core::len(f.nr_args, f.nr_progs);
-        let mut slots = KVVec::with_capacity(fprogs.len(), GFP_KERNEL)?;
-        for p in fprogs {
+        let mut saved = f.nr_args;
+        for p in &progs[f.first as usize..][..f.nr_progs as usize] {
+            // SAFETY: the table's programs are held by their links.
+            saved = saved.max(unsafe { shim::rkf_multi_prog_ctx_args(p.prog) });
+        }
+        size = tramp_core::align(size);
+        plan.push((size, saved), GFP_KERNEL)?;
+        size += tramp_core::len(f.nr_args, saved, f.nr_progs);
+        nr_slots += f.nr_progs as usize;
+    }
+    // The slots, in kernel data: `slots` is never resized, so they stay put.
+    let mut slots = KVVec::<ProgC>::with_capacity(nr_slots, GFP_KERNEL)?;
+    for &i in fresh {
+        let f = &funcs[i as usize];
+        for p in &progs[f.first as usize..][..f.nr_progs as usize] {
             slots.push(
-                tramp_core::Prog {
-                    prog: p.prog as u64,
+                ProgC {
+                    prog: p.prog,
                     cookie: p.cookie,
-                    stats: p.stats as u64,
+                    stats: p.stats,
                 },
                 GFP_KERNEL,
             )?;
         }
-        let out = &mut buf[at..at + len];
-        let addr = (code + at) as u64;
-        match tramp_core::emit(out, addr, f.nr_args, f.addr as u64, &slots, run) {
-            Ok(()) => {
-                tramps[i as usize] = Tramp::Own {
-                    _image: image.clone(),
-                    addr: code + at,
-                }
-            }
-            Err(e) => pr_warn!(
-                "function at {:#x} keeps the shared trampoline: {:?}\n",
-                f.addr,
-                e
-            ),
+    }
+    let size32 = u32::try_from(size).map_err(|_| E2BIG)?;
+    let mut code = 0usize;
+    // SAFETY: `code` is valid for writes.
+    let im = unsafe { shim::rkf_multi_image_alloc(size32, seq, &mut code) };
+    if im.is_null() {
+        return Err(ENOMEM);
+    }
+    // INVARIANT: the image is ours; dropping `image` frees it, committed or not.
+    let image = Image {
+        ptr: im,
+        slots,
+        funcs: fresh.len() as u32,
+    };
+    // int3 between the trampolines.
+    let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
+    let run = shim::rkf_multi_run_fentry as *const () as usize as u64;
+    let mut first_slot = 0usize;
+    let mut slot_addrs = KVVec::<u64>::new();
+    for (&i, &(at, saved)) in fresh.iter().zip(plan.iter()) {
+        let f = &funcs[i as usize];
+        let n = f.nr_progs as usize;
+        slot_addrs.clear();
+        for s in &image.slots[first_slot..first_slot + n] {
+            slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
         }
-        at += len;
+        first_slot += n;
+        let t = tramp_core::Tramp {
+            nr_args: f.nr_args,
+            saved,
+            addr: f.addr as u64,
+            slots: &slot_addrs,
+            run,
+        };
+        let len = tramp_core::len(f.nr_args, saved, f.nr_progs);
+        tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &t).map_err(|_| ERANGE)?;
     }
     // SAFETY: `buf` holds the image's `size` bytes.
     kernel::error::to_result(unsafe {
         shim::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
     })?;
-    Ok(tramps)
+    let image = Arc::new(image, GFP_KERNEL)?;
+    for (&i, &(at, _)) in fresh.iter().zip(plan.iter()) {
+        tramps[i as usize] = Tramp::Own {
+            image: image.clone(),
+            addr: code + at,
+        };
+    }
+    Ok(())
 }
 
 /// What a publication replaced: freed once no cpu can read the old table (and, if it
@@ -959,6 +1041,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
     let prog_btf = unsafe { shim::rkf_multi_prog_btf(prog.ptr) };
 
     // Each function on its own, in request order, so that the first bad one is named.
+    // (What depends on the other links is checked under their lock, below, in site order.)
     let mut targets = KVVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
     for i in 0..n {
         let fd = fds.as_ref().map_or(0, |f| f[i]);
@@ -1054,7 +1137,14 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
     // failure leaves nothing behind, and functions shared with other links never miss a
     // call.  Attaching unhooks nothing.
     if let Err(e) = ftrace_update(&plan.hook, shim::HOOK) {
-        undo(&mut reg);
+        // Nothing was hooked; still, ftrace may have published the new sites' trampolines
+        // to its list function for a moment: free them (and the link, whose program and
+        // counters they name) only once no task can be running them.
+        let garbage = Garbage {
+            table,
+            _link: reg.links.pop(),
+        };
+        defer(garbage, true);
         // -EINVAL from update_ftrace_direct_add(): a site gained another direct
         // trampoline since it was checked.
         return Err(if e == EINVAL { EBUSY } else { e }.into());

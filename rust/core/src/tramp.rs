@@ -11,21 +11,22 @@
 //!
 //! ```text
 //! push rbp; mov rbp, rsp; sub rsp, 80           the shared trampoline's frame
-//! mov [rbp-56+8*i], <arg i>   (i < nr_args)     ctx[i]
+//! mov [rbp-56+8*i], <arg i>   (i < saved)       ctx[i]
 //! mov qword [rbp-64], nr_args                   ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-72], rax           ctx[-2]: bpf_get_func_ip()
 //! for each program:
 //!     movabs rdi, &slot; lea rsi, [rbp-56]; call run    run(slot, ctx)
 //! mov <arg i>, [rbp-56+8*i]   (i < nr_args)
 //! leave; ret; int3
-//! slots: struct rkf_multi_prog { prog, cookie, stats } per program, 8-aligned
 //! ```
 //!
-//! `run` is `rkf_multi_run_fentry()` (c-shim/rkf_multi_shim.c): the recursion guard,
-//! run context, program and counters of one program.  Like a BPF trampoline, the code
-//! saves and restores the argument registers BTF says the function takes, and programs
-//! read `ctx[i]` only for `i < bpf_get_func_arg_cnt()`.  The slots sit in the same
-//! read-only image as the code, so code and data live and die together.
+//! `run` is `rkf_multi_run_fentry()` (c-shim/rkf_multi_shim.c): the recursion guard, run
+//! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
+//! lives in kernel data, not in the code.  Like a BPF trampoline, the code restores the
+//! argument registers BTF says the function takes.  It saves at least those, and as many
+//! more as the programs read through ctx (the verifier's `max_ctx_offset`): programs are
+//! verified against six u64, and read the registers as they came, as through the shared
+//! trampoline, never stale stack.
 
 /// The frame, as in c-shim/rkf_multi_tramp.S: `ctx[0]` is at `rbp - 56`.
 pub const CTX: i8 = -56;
@@ -46,24 +47,25 @@ const ARG_REGS: [(u8, bool); 6] = [
     (1, true),
 ];
 
-/// Bytes of one slot, `struct rkf_multi_prog`.
-pub const SLOT: usize = 24;
-
-/// One program of a trampoline: the fields of its `struct rkf_multi_prog` slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prog {
-    /// `struct bpf_prog *`.
-    pub prog: u64,
-    /// Its cookie on this function.
-    pub cookie: u64,
-    /// `struct rkf_multi_stats *`.
-    pub stats: u64,
+/// One trampoline to generate.
+#[derive(Clone, Copy, Debug)]
+pub struct Tramp<'a> {
+    /// The function's argument count (`bpf_get_func_arg_cnt()`), the registers restored.
+    pub nr_args: u32,
+    /// The argument registers saved to ctx: at least `nr_args`, at most six.
+    pub saved: u32,
+    /// The function's address (`bpf_get_func_ip()`).
+    pub addr: u64,
+    /// The address of each program's slot, in the order they run.
+    pub slots: &'a [u64],
+    /// The address of `rkf_multi_run_fentry()`.
+    pub run: u64,
 }
 
 /// Why a trampoline cannot be generated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitError {
-    /// More than six arguments, or no program.
+    /// More than six registers, fewer saved than restored, or no program.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -71,20 +73,22 @@ pub enum EmitError {
     TooFar,
 }
 
-fn code_len(nr_args: usize, nr_progs: usize) -> usize {
+/// Where trampolines start in an image: ftrace takes bit 0 of a direct trampoline's
+/// address as "jump, do not call" (`ftrace_is_jmp()`, CONFIG_DYNAMIC_FTRACE_WITH_JMP), and
+/// 16 is the kernel's function alignment.
+pub const ALIGN: usize = 16;
+
+/// `off`, rounded up to the next trampoline start.
+pub fn align(off: usize) -> usize {
+    (off + ALIGN - 1) & !(ALIGN - 1)
+}
+
+/// Bytes of the code of a trampoline that saves `saved` and restores `nr_args` argument
+/// registers and runs `nr_progs` programs.
+pub fn len(nr_args: u32, saved: u32, nr_progs: u32) -> usize {
     // prologue 1+3+4, stores 4 each, count 8, address 10+4, per program 10+4+5,
     // loads 4 each, leave, ret, int3.
-    8 + 4 * nr_args + 8 + 14 + 19 * nr_progs + 4 * nr_args + 3
-}
-
-fn align8(n: usize) -> usize {
-    (n + 7) & !7
-}
-
-/// Bytes of the trampoline of a function with `nr_args` arguments and `nr_progs`
-/// programs: code, padded to 8, then the slots.
-pub fn len(nr_args: u32, nr_progs: u32) -> usize {
-    align8(code_len(nr_args as usize, nr_progs as usize)) + SLOT * nr_progs as usize
+    8 + 4 * saved as usize + 8 + 14 + 19 * nr_progs as usize + 4 * nr_args as usize + 3
 }
 
 /// A cursor over the output.
@@ -115,62 +119,56 @@ impl Out<'_> {
     }
 }
 
-/// Writes the trampoline of a function into `buf`, which will be executed at address
-/// `at` (`buf` is `len(nr_args, progs.len())` bytes).  `addr` is the function's address,
-/// `run` that of `rkf_multi_run_fentry()`.
-pub fn emit(
-    buf: &mut [u8],
-    at: u64,
-    nr_args: u32,
-    addr: u64,
-    progs: &[Prog],
-    run: u64,
-) -> Result<(), EmitError> {
-    let n = nr_args as usize;
-    if n > ARG_REGS.len() || progs.is_empty() {
+/// The rel32 of a call ending at `next` to `target`, if it reaches.
+fn rel32(next: u64, target: u64) -> Option<u32> {
+    i32::try_from(target.wrapping_sub(next) as i64)
+        .ok()
+        .map(|r| r as u32)
+}
+
+/// Writes trampoline `t` into `buf`, which will be executed at address `at` (`buf` is
+/// `len(t.nr_args, t.saved, t.slots.len())` bytes).  Nothing is written on error.
+pub fn emit(buf: &mut [u8], at: u64, t: &Tramp<'_>) -> Result<(), EmitError> {
+    let (n, saved) = (t.nr_args as usize, t.saved as usize);
+    if saved > ARG_REGS.len() || n > saved || t.slots.is_empty() {
         return Err(EmitError::BadShape);
     }
-    if buf.len() != len(nr_args, progs.len() as u32) {
+    if buf.len() != len(t.nr_args, t.saved, t.slots.len() as u32) {
         return Err(EmitError::BadBuffer);
     }
-    let slots = at + align8(code_len(n, progs.len())) as u64;
+    // The calls end at these offsets: check the first and the last reach before writing.
+    let first_call_end = 8 + 4 * saved + 8 + 14 + 19;
+    let last_call_end = first_call_end + 19 * (t.slots.len() - 1);
+    for end in [first_call_end, last_call_end] {
+        rel32(at.wrapping_add(end as u64), t.run).ok_or(EmitError::TooFar)?;
+    }
     let mut o = Out { buf, pos: 0 };
     // push rbp; mov rbp, rsp; sub rsp, FRAME
     o.bytes(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, FRAME]);
-    for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
+    for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
         o.rbp_mov(reg, CTX + 8 * i as i8, true);
     }
     // mov qword [rbp+NR_ARGS], imm32
     o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
-    o.u32(nr_args);
+    o.u32(t.nr_args);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
     o.bytes(&[0x48, 0xb8]);
-    o.u64(addr);
+    o.u64(t.addr);
     o.rbp_mov((0, false), FUNC_IP, true);
-    for k in 0..progs.len() {
+    for &slot in t.slots {
         // movabs rdi, slot; lea rsi, [rbp+CTX]; call run
         o.bytes(&[0x48, 0xbf]);
-        o.u64(slots + (SLOT * k) as u64);
+        o.u64(slot);
         o.bytes(&[0x48, 0x8d, 0x75, CTX as u8, 0xe8]);
         let next = at.wrapping_add(o.pos as u64 + 4);
-        let rel = run.wrapping_sub(next) as i64;
-        let rel = i32::try_from(rel).map_err(|_| EmitError::TooFar)?;
-        o.u32(rel as u32);
+        // Checked above: every call lies between the first and the last.
+        o.u32(rel32(next, t.run).ok_or(EmitError::TooFar)?);
     }
     for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
         o.rbp_mov(reg, CTX + 8 * i as i8, false);
     }
     // leave; ret; int3
     o.bytes(&[0xc9, 0xc3, 0xcc]);
-    // int3 up to the slots.
-    while !o.pos.is_multiple_of(8) {
-        o.bytes(&[0xcc]);
-    }
-    for p in progs {
-        o.u64(p.prog);
-        o.u64(p.cookie);
-        o.u64(p.stats);
-    }
     debug_assert_eq!(o.pos, o.buf.len());
     Ok(())
 }

@@ -35,14 +35,14 @@ fn disasm(code: &[u8], at: u64) -> (Vec<Instruction>, Vec<String>) {
 }
 
 /// What the trampoline must be, in the formatter's syntax.
-fn expected(nr_args: usize, addr: u64, slots: u64, nr_progs: usize) -> Vec<String> {
+fn expected(nr_args: usize, saved: usize, addr: u64, slots: &[u64]) -> Vec<String> {
     let mut e = vec![
         "push rbp".to_string(),
         "mov rbp, rsp".to_string(),
         format!("sub rsp, {:#x}", FRAME),
     ];
     let slot = |i: usize| format!("[rbp-{:#x}]", -(CTX as i32) - 8 * i as i32);
-    for (i, r) in REGS.iter().enumerate().take(nr_args) {
+    for (i, r) in REGS.iter().enumerate().take(saved) {
         e.push(format!("mov {}, {}", slot(i), r));
     }
     e.push(format!(
@@ -52,8 +52,8 @@ fn expected(nr_args: usize, addr: u64, slots: u64, nr_progs: usize) -> Vec<Strin
     ));
     e.push(format!("mov rax, {:#x}", addr));
     e.push(format!("mov [rbp-{:#x}], rax", -(FUNC_IP as i32)));
-    for k in 0..nr_progs {
-        e.push(format!("mov rdi, {:#x}", slots + (SLOT * k) as u64));
+    for s in slots {
+        e.push(format!("mov rdi, {:#x}", s));
         e.push(format!("lea rsi, {}", slot(0)));
         e.push("call RUN".to_string());
     }
@@ -64,30 +64,32 @@ fn expected(nr_args: usize, addr: u64, slots: u64, nr_progs: usize) -> Vec<Strin
     e
 }
 
-fn check(at: u64, nr_args: u32, addr: u64, progs: &[Prog], run: u64) {
-    let n = len(nr_args, progs.len() as u32);
+fn check(at: u64, t: &Tramp<'_>) {
+    let n = len(t.nr_args, t.saved, t.slots.len() as u32);
     let mut buf = vec![0u8; n];
-    emit(&mut buf, at, nr_args, addr, progs, run).unwrap();
-    let slots_off = n - SLOT * progs.len();
-    assert_eq!(slots_off % 8, 0);
-    let (insns, mut text) = disasm(&buf[..slots_off], at);
-    for (i, t) in insns.iter().zip(text.iter_mut()) {
+    emit(&mut buf, at, t).unwrap();
+    let (insns, mut text) = disasm(&buf, at);
+    for (i, s) in insns.iter().zip(text.iter_mut()) {
         if i.mnemonic() == Mnemonic::Call {
-            assert_eq!(i.near_branch_target(), run, "call target");
-            *t = "call RUN".to_string();
+            assert_eq!(i.near_branch_target(), t.run, "call target");
+            *s = "call RUN".to_string();
         }
     }
     assert_eq!(
         text,
-        expected(nr_args as usize, addr, at + slots_off as u64, progs.len())
+        expected(t.nr_args as usize, t.saved as usize, t.addr, t.slots)
     );
-    // Only int3 between the code and the slots.
-    let end = insns.last().unwrap().next_ip() - at;
-    assert!(buf[end as usize..slots_off].iter().all(|&b| b == 0xcc));
-    for (k, p) in progs.iter().enumerate() {
-        let s = &buf[slots_off + SLOT * k..][..SLOT];
-        let word = |j: usize| u64::from_le_bytes(s[8 * j..8 * j + 8].try_into().unwrap());
-        assert_eq!((word(0), word(1), word(2)), (p.prog, p.cookie, p.stats));
+    // The code fills the buffer exactly.
+    assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
+}
+
+fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Tramp<'_> {
+    Tramp {
+        nr_args,
+        saved,
+        addr,
+        slots,
+        run,
     }
 }
 
@@ -95,59 +97,82 @@ fn check(at: u64, nr_args: u32, addr: u64, progs: &[Prog], run: u64) {
 fn every_arg_count() {
     let at = 0xffff_ffff_c000_1000;
     let run = 0xffff_ffff_c100_2340;
-    let p = Prog {
-        prog: 0xffff_8880_0123_4000,
-        cookie: 42,
-        stats: 0xffff_8880_0567_8010,
-    };
+    let slots = [
+        0xffff_8880_0123_4000,
+        0xffff_8880_0123_4018,
+        0xffff_8880_0123_4030,
+    ];
     for nr in 0..=6 {
-        check(at, nr, 0xffff_ffff_8123_4560, &[p], run);
-        check(at, nr, 0xffff_ffff_8123_4560, &[p, p, p], run);
+        for saved in nr..=6 {
+            check(
+                at,
+                &tramp(nr, saved, 0xffff_ffff_8123_4560, &slots[..1], run),
+            );
+            check(at, &tramp(nr, saved, 0xffff_ffff_8123_4560, &slots, run));
+        }
     }
 }
 
 #[test]
 fn refusals() {
-    let p = Prog {
-        prog: 1,
-        cookie: 2,
-        stats: 3,
+    let slots = [0xffff_8880_0123_4000];
+    let mut buf = vec![0u8; len(1, 1, 1)];
+    let bad = |buf: &mut [u8], t: &Tramp<'_>| {
+        let before = buf.to_vec();
+        let e = emit(buf, 0xffff_ff00_0000_0000, t);
+        assert_eq!(buf, &before[..], "written on error");
+        e
     };
-    let mut buf = vec![0u8; len(1, 1)];
-    assert_eq!(emit(&mut buf, 0, 7, 0, &[p], 0), Err(EmitError::BadShape));
-    assert_eq!(emit(&mut buf, 0, 1, 0, &[], 0), Err(EmitError::BadShape));
     assert_eq!(
-        emit(&mut buf[1..], 0, 1, 0, &[p], 0),
+        bad(&mut buf, &tramp(7, 7, 0, &slots, 0)),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(&mut buf, &tramp(2, 1, 0, &slots, 0)),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(&mut buf, &tramp(1, 1, 0, &[], 0)),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(&mut buf[1..], &tramp(1, 1, 0, &slots, 0)),
         Err(EmitError::BadBuffer)
     );
     // rel32 reaches 2 GiB either way from the end of the call, and no further.
     let at = 0xffff_ff00_0000_0000u64;
     assert_eq!(
-        emit(&mut buf, at, 1, 0, &[p], at + (1 << 32)),
+        bad(&mut buf, &tramp(1, 1, 0, &slots, at + (1 << 32))),
         Err(EmitError::TooFar)
     );
     assert_eq!(
-        emit(&mut buf, at, 1, 0, &[p], at - (1 << 32)),
+        bad(&mut buf, &tramp(1, 1, 0, &slots, at - (1 << 32))),
         Err(EmitError::TooFar)
     );
-    check(at, 1, 0, &[p], at + (1 << 30));
-    check(at, 1, 0, &[p], at - (1 << 30));
+    check(at, &tramp(1, 1, 0, &slots, at + (1 << 30)));
+    check(at, &tramp(1, 1, 0, &slots, at - (1 << 30)));
 }
 
 proptest! {
     #[test]
     fn decodes_as_intended(
         nr in 0u32..=6,
-        progs in prop::collection::vec((any::<u64>(), any::<u64>(), any::<u64>()), 1..6),
+        extra in 0u32..=6,
+        slots in prop::collection::vec(any::<u64>(), 1..6),
         at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
         delta in -(1i64 << 30)..(1i64 << 30),
         addr in any::<u64>(),
     ) {
-        let at = at & !7;
-        let progs: Vec<Prog> = progs
-            .into_iter()
-            .map(|(prog, cookie, stats)| Prog { prog, cookie, stats })
-            .collect();
-        check(at, nr, addr, &progs, at.wrapping_add(delta as u64));
+        let saved = (nr + extra).min(6);
+        check(at, &tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64)));
+    }
+}
+
+#[test]
+fn trampolines_start_aligned() {
+    // Bit 0 of a direct trampoline's address means "jump" to ftrace: never odd.
+    for off in 0..200 {
+        let a = align(off);
+        assert!(a >= off && a < off + ALIGN && a.is_multiple_of(ALIGN) && a.is_multiple_of(2));
     }
 }
