@@ -479,20 +479,16 @@ impl Published {
             })
     }
 
-    /// The programs of `f`, a function of this table.
-    fn progs_of(&self, f: &FuncC) -> &[ProgC] {
-        &self.progs[f.first as usize..][..f.nr_progs as usize]
-    }
-
     /// The generated trampoline of a function with key `f.key` in this table, if it has
     /// one and it runs exactly `progs` on the same function: it can serve on.
     fn reusable(&self, f: &FuncC, progs: &[ProgC]) -> Option<Tramp> {
         let i = self.funcs.binary_search_by_key(&f.key, |o| o.key).ok()?;
         let o = &self.funcs[i];
+        let old = progs_of(&self.progs, o);
         let same = o.addr == f.addr
             && o.nr_args == f.nr_args
-            && self.progs_of(o).len() == progs.len()
-            && self.progs_of(o).iter().zip(progs).all(|(a, b)| {
+            && old.len() == progs.len()
+            && old.iter().zip(progs).all(|(a, b)| {
                 a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
             });
         match &self.tramps[i] {
@@ -760,6 +756,11 @@ fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
     }))
 }
 
+/// The programs of `f`, a function whose programs are in `progs` (a table's).
+fn progs_of<'a>(progs: &'a [ProgC], f: &FuncC) -> &'a [ProgC] {
+    &progs[f.first as usize..][..f.nr_progs as usize]
+}
+
 /// The trampoline of each of `funcs` (with `progs`), for [`build_table()`].  Generating
 /// trampolines never fails an operation: a function it fails for (no memory for an
 /// image, or rkf_multi_run_fentry() out of reach) takes the shared trampoline.
@@ -770,10 +771,13 @@ fn build_tramps(reg: &mut Registry, funcs: &[FuncC], progs: &[ProgC]) -> Result<
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Tramp>>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    // Functions with fentry programs only get their own trampoline, where it can run.
+    let own = |f: &FuncC| reg.own_tramps && f.nr_fentry == f.nr_progs;
     for f in funcs {
-        let fprogs = &progs[f.first as usize..][..f.nr_progs as usize];
-        let cand = if reg.own_tramps && f.nr_fentry == f.nr_progs {
-            reg.table.as_ref().and_then(|o| o.reusable(f, fprogs))
+        let cand = if own(f) {
+            reg.table
+                .as_ref()
+                .and_then(|o| o.reusable(f, progs_of(progs, f)))
         } else {
             None
         };
@@ -797,7 +801,7 @@ fn build_tramps(reg: &mut Registry, funcs: &[FuncC], progs: &[ProgC]) -> Result<
                 Tramp::Own { image, addr }
             }
             _ => {
-                if reg.own_tramps && f.nr_fentry == f.nr_progs {
+                if own(f) {
                     fresh.push(i as u32, GFP_KERNEL)?;
                 }
                 Tramp::Shared
@@ -827,26 +831,27 @@ fn generate(
     fresh: &[u32],
     tramps: &mut [Tramp],
 ) -> Result {
-    // Per function: its offset in the code and the registers to save; then the slots.
-    let mut plan = KVVec::<(usize, u32)>::with_capacity(fresh.len(), GFP_KERNEL)?;
+    // Per function: its offset in the code, the registers to save and its length; then
+    // the slots.
+    let mut plan = KVVec::<(usize, u32, usize)>::with_capacity(fresh.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots) = (0usize, 0usize);
     for &i in fresh {
         let f = &funcs[i as usize];
         let mut saved = f.nr_args;
-        for p in &progs[f.first as usize..][..f.nr_progs as usize] {
+        for p in progs_of(progs, f) {
             // SAFETY: the table's programs are held by their links.
             saved = saved.max(unsafe { shim::rkf_multi_prog_ctx_args(p.prog) });
         }
         size = tramp_core::align(size);
-        plan.push((size, saved), GFP_KERNEL)?;
-        size += tramp_core::len(f.nr_args, saved, f.nr_progs);
+        let len = tramp_core::len(f.nr_args, saved, f.nr_progs);
+        plan.push((size, saved, len), GFP_KERNEL)?;
+        size += len;
         nr_slots += f.nr_progs as usize;
     }
     // The slots, in kernel data: `slots` is never resized, so they stay put.
     let mut slots = KVVec::<ProgC>::with_capacity(nr_slots, GFP_KERNEL)?;
     for &i in fresh {
-        let f = &funcs[i as usize];
-        for p in &progs[f.first as usize..][..f.nr_progs as usize] {
+        for p in progs_of(progs, &funcs[i as usize]) {
             slots.push(
                 ProgC {
                     prog: p.prog,
@@ -875,7 +880,7 @@ fn generate(
     let run = shim::rkf_multi_run_fentry as *const () as usize as u64;
     let mut first_slot = 0usize;
     let mut slot_addrs = KVVec::<u64>::new();
-    for (&i, &(at, saved)) in fresh.iter().zip(plan.iter()) {
+    for (&i, &(at, saved, len)) in fresh.iter().zip(plan.iter()) {
         let f = &funcs[i as usize];
         let n = f.nr_progs as usize;
         slot_addrs.clear();
@@ -890,7 +895,6 @@ fn generate(
             slots: &slot_addrs,
             run,
         };
-        let len = tramp_core::len(f.nr_args, saved, f.nr_progs);
         tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &t).map_err(|_| ERANGE)?;
     }
     // SAFETY: `buf` holds the image's `size` bytes.
@@ -898,7 +902,7 @@ fn generate(
         shim::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
     })?;
     let image = Arc::new(image, GFP_KERNEL)?;
-    for (&i, &(at, _)) in fresh.iter().zip(plan.iter()) {
+    for (&i, &(at, _, _)) in fresh.iter().zip(plan.iter()) {
         tramps[i as usize] = Tramp::Own {
             image: image.clone(),
             addr: code + at,
@@ -998,6 +1002,14 @@ impl Plan {
         }
         Ok(plan)
     }
+}
+
+/// The table of the registry's links as they are now, and the ftrace updates from the
+/// published table to it.
+fn next_table(reg: &mut Registry) -> Result<(Option<Published>, Plan)> {
+    let table = build_table(reg)?;
+    let plan = Plan::new(reg.table.as_ref(), table.as_ref())?;
+    Ok((table, plan))
 }
 
 /// Hooks, unhooks or moves (`op`) `sites` to or from `tramps`, in one ftrace update.
@@ -1123,9 +1135,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         // Unpublished: the link was never visible, its program ref goes with it.
         drop(reg.links.pop());
     };
-    let (table, plan) = match build_table(&mut reg)
-        .and_then(|t| Plan::new(reg.table.as_ref(), t.as_ref()).map(|p| (t, p)))
-    {
+    let (table, plan) = match next_table(&mut reg) {
         Ok(tp) => tp,
         Err(e) => {
             undo(&mut reg);
@@ -1185,9 +1195,7 @@ fn detach(id: u64) {
     };
     // The traced modules stay until their functions are unhooked, below.
     let modules = core::mem::replace(&mut link.modules, KVVec::new());
-    let (table, plan) = match build_table(&mut reg)
-        .and_then(|t| Plan::new(reg.table.as_ref(), t.as_ref()).map(|p| (t, p)))
-    {
+    let (table, plan) = match next_table(&mut reg) {
         Ok(tp) => tp,
         Err(_) => {
             pr_err!("out of memory detaching link {}: it stays attached\n", id);

@@ -364,17 +364,18 @@ fn tramp_images() -> Result<Vec<String>> {
         .collect())
 }
 
-/// Waits until kallsyms shows no image of generated trampolines: they go once no task can
-/// run them any more (an RCU tasks grace period after their last link closed).
-fn wait_no_tramp_images(what: &str) -> Result<()> {
+/// Waits until the images of generated trampolines that kallsyms shows are `done`: images
+/// go once no task can run them any more (an RCU tasks grace period after their last user
+/// went).
+fn wait_tramp_images(what: &str, done: impl Fn(&[String]) -> bool) -> Result<()> {
     let start = std::time::Instant::now();
     loop {
         let left = tramp_images()?;
-        if left.is_empty() {
+        if done(&left) {
             return Ok(());
         }
         if start.elapsed() > std::time::Duration::from_secs(60) {
-            bail!("{what}: images still in kallsyms after 60 s: {left:?}");
+            bail!("{what}: images in kallsyms after 60 s: {left:?}");
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
@@ -388,7 +389,7 @@ fn wait_no_tramp_images(what: &str) -> Result<()> {
 fn generated_trampolines() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
-    wait_no_tramp_images("before the test")?;
+    wait_tramp_images("no image before the test", <[String]>::is_empty)?;
     let link = attach(&skel.progs.multi_stack, &funcs[..1], None)?;
     let images = tramp_images()?;
     check_eq!(images.len(), 1, "images with one fentry link: {images:?}");
@@ -430,13 +431,7 @@ fn generated_trampolines() -> Result<()> {
         &bss.counts[0][..funcs.len()]
     );
     check_eq!(bss.stack_len, 0, "the closed link's program ran");
-    let start = std::time::Instant::now();
-    while tramp_images()?.contains(&images[0]) {
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            bail!("the first image is still in kallsyms after 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_tramp_images("the first image gone", |left| !left.contains(&images[0]))?;
     // The one of the eight functions whose programs stayed, and bpf_fentry_test1's new one.
     let left = tramp_images()?;
     check_eq!(
@@ -465,7 +460,7 @@ fn generated_trampolines() -> Result<()> {
         &bss.counts[6][..3]
     );
     drop(counter);
-    wait_no_tramp_images("after every link closed")
+    wait_tramp_images("no image after every link closed", <[String]>::is_empty)
 }
 
 /// A function that BTF and kallsyms know, that ftrace cannot hook (notrace).
