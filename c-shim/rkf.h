@@ -83,7 +83,7 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
  */
 
 /**
- * struct rkf_multi_attach - attach a program to a set of functions
+ * struct rkf_multi_attach_request - attach a program to a set of functions
  * @prog_fd:   a TRACING program loaded as fentry or fexit against rkf_multi_tmpl6()
  * @cnt:       how many functions
  * @btf_ids:   __u32[@cnt]: the functions' BTF ids
@@ -99,7 +99,7 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
  * @reason:    out: why it was refused (enum Refusal of rust/core/src/multi.rs), or 0
  * @pad:       0
  */
-struct rkf_multi_attach {
+struct rkf_multi_attach_request {
 	__u32 prog_fd;
 	__u32 cnt;
 	__u64 btf_ids;
@@ -148,7 +148,7 @@ struct rkf_multi_link_info {
 	__u64 next_id;
 };
 
-#define RKF_MULTI_IOC_ATTACH	_IOWR('r', 1, struct rkf_multi_attach)
+#define RKF_MULTI_IOC_ATTACH	_IOWR('r', 1, struct rkf_multi_attach_request)
 #define RKF_MULTI_IOC_INFO	_IOWR('r', 2, struct rkf_multi_link_info)
 
 /* Kernel side. */

@@ -75,8 +75,10 @@ static __always_inline const void *__rkf_untrusted(void *p)
 	(const typeof(sym) *)__p;						\
 })
 
-/* rkf_percpu's own per-cpu variable (c-shim/rkf.h), for tests and examples. */
-#define RKF_PERCPU_PROBE_MAGIC 0x726b6670
+/*
+ * rkf_percpu's own per-cpu variable (c-shim/rkf.h), for tests and examples: @magic is
+ * RKF_PERCPU_PROBE_MAGIC of that header once the module has set the copy up.
+ */
 struct rkf_percpu_probe {
 	__u32 cpu;
 	__u32 magic;

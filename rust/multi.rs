@@ -31,7 +31,7 @@ use kernel::{
 };
 
 use crate::multi_core::{
-    self as core_rules, Group, Refusal, Route, Slot, Update, MAX_LINKS_PER_FUNC,
+    self as core_rules, Group, Reason, Route, Slot, Update, MAX_LINKS_PER_FUNC,
 };
 use crate::tramp_core;
 
@@ -71,7 +71,7 @@ mod shim {
     pub(super) const UNHOOK: u32 = 1;
     pub(super) const MOVE: u32 = 2;
 
-    /// `struct rkf_multi_attach`.
+    /// `struct rkf_multi_attach_request`.
     #[repr(C)]
     #[derive(Clone, Copy, Default)]
     pub(super) struct AttachC {
@@ -325,21 +325,21 @@ impl ModuleBtfs {
         }
         core_rules::sort_by_key(&mut sorted, |&fd| fd);
         let mut by_fd = KVVec::new();
-        let mut bad = KVVec::<(i32, Refusal)>::new();
+        let mut bad = KVVec::<(i32, Reason)>::new();
         for (k, &fd) in sorted.iter().enumerate() {
             if k > 0 && sorted[k - 1] == fd {
                 continue;
             }
             let why = match BtfRef::get(fd) {
-                Err(e) if e == EBADF => Refusal::BadFd,
-                Err(e) if e == EINVAL => Refusal::NotModuleBtf,
+                Err(e) if e == EBADF => Reason::BadFd,
+                Err(e) if e == EINVAL => Reason::NotModuleBtf,
                 Err(e) => return Err(e.into()),
                 Ok(btf) => match ModuleRef::of(&btf) {
                     Some(module) => {
                         by_fd.push((fd, btf, module), GFP_KERNEL)?;
                         continue;
                     }
-                    None => Refusal::NotModuleBtf,
+                    None => Reason::NotModuleBtf,
                 },
             };
             bad.push((fd, why), GFP_KERNEL)?;
@@ -569,11 +569,11 @@ pub(crate) fn exit() {
 /// A refusal of one function of a request.
 struct Refused {
     index: u32,
-    why: Refusal,
+    why: Reason,
 }
 
 impl Refused {
-    fn new(index: usize, why: Refusal) -> Self {
+    fn new(index: usize, why: Reason) -> Self {
         Self {
             index: index as u32,
             why,
@@ -638,7 +638,7 @@ unsafe fn check_target(
     // writes.
     if unsafe { shim::rkf_multi_shape(target.btf, btf_id, &mut shape) } != 0 || shape.name.is_null()
     {
-        return Err(refuse(Refusal::NotAFunction));
+        return Err(refuse(Reason::NotAFunction));
     }
     let nr_args = core_rules::check_shape(
         shape.nr_params,
@@ -650,17 +650,17 @@ unsafe fn check_target(
     // SAFETY: the name is a NUL-terminated string of `target.btf`, alive for this call.
     let name = unsafe { CStr::from_char_ptr(shape.name) };
     if core_rules::denied(name.to_bytes()) {
-        return Err(refuse(Refusal::Denied));
+        return Err(refuse(Reason::Denied));
     }
     // SAFETY: `name` is NUL-terminated; any address may be asked about; the module, if
     // any, is alive (this function's contract).
     if !unsafe { shim::rkf_multi_is_symbol(addr as usize, name.as_char_ptr(), target.module) } {
-        return Err(refuse(Refusal::WrongAddress));
+        return Err(refuse(Reason::WrongAddress));
     }
     // SAFETY: any address may be asked about.
     let site = unsafe { shim::rkf_multi_site(addr as usize) } as u64;
     if site == 0 {
-        return Err(refuse(Refusal::NotTraceable));
+        return Err(refuse(Reason::NotTraceable));
     }
     Ok(Target {
         site,
@@ -1066,10 +1066,10 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
     core_rules::sort_by_key(&mut targets, |(t, i)| (t.site, *i));
-    if let Some(d) = targets.windows(2).position(|w| w[0].0.site == w[1].0.site) {
+    if let Some(d) = core_rules::first_duplicate(&targets, |(t, _)| t.site) {
         return Err(AttachError::Refused(Refused::new(
-            targets[d + 1].1 as usize,
-            Refusal::Duplicate,
+            targets[d].1 as usize,
+            Reason::Duplicate,
         )));
     }
 
@@ -1084,7 +1084,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
                 if l.prog.ptr == prog.ptr {
                     return Err(AttachError::Refused(Refused::new(
                         *i as usize,
-                        Refusal::SameProgram,
+                        Reason::SameProgram,
                     )));
                 }
                 on_site += 1;
@@ -1093,14 +1093,14 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         if on_site >= MAX_LINKS_PER_FUNC {
             return Err(AttachError::Refused(Refused::new(
                 *i as usize,
-                Refusal::TooManyLinks,
+                Reason::TooManyLinks,
             )));
         }
         // SAFETY: any site may be asked about.
         if on_site == 0 && unsafe { shim::rkf_multi_site_owner(t.site as usize) } != 0 {
             return Err(AttachError::Refused(Refused::new(
                 *i as usize,
-                Refusal::Busy,
+                Reason::Busy,
             )));
         }
     }

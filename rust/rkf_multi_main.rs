@@ -16,13 +16,26 @@ use kernel::{
 };
 
 mod multi;
-#[path = "core/src/multi.rs"]
-#[expect(
-    unreachable_pub,
-    reason = "shared with the rkf-core host crate, where it is public"
-)]
-#[allow(dead_code, reason = "parts of the shared rules serve user space only")]
-mod multi_core;
+/// The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules
+/// and the table's.  The glob matcher and the decoding of refusals are user space's, and
+/// are not built here.
+mod multi_core {
+    #[path = "../core/src/multi/rules.rs"]
+    #[expect(
+        unreachable_pub,
+        reason = "shared with the rkf-core host crate, where it is public"
+    )]
+    mod rules;
+    #[path = "../core/src/multi/table.rs"]
+    #[expect(
+        unreachable_pub,
+        reason = "shared with the rkf-core host crate, where it is public"
+    )]
+    mod table;
+
+    pub(crate) use rules::*;
+    pub(crate) use table::*;
+}
 #[path = "core/src/tramp.rs"]
 #[expect(
     unreachable_pub,

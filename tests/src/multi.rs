@@ -31,7 +31,10 @@ use rkf::{
     modules,
     multi::{self, Func, Link},
 };
-use rkf_core::multi::Refusal;
+use rkf_core::{
+    abi::{self, AttachRequest},
+    multi::Reason,
+};
 
 pub const TESTS: &[Test] = &[
     Test {
@@ -519,31 +522,31 @@ fn refusals() -> Result<()> {
     let notrace = notrace_function(&funcs)?;
     diag!("notrace function for the test: {}", notrace.name);
     // (what, the functions, errno, the function refused and why)
-    type Case<'a> = (&'a str, Vec<Func>, i32, Option<(usize, Refusal)>);
+    type Case<'a> = (&'a str, Vec<Func>, i32, Option<(usize, Reason)>);
     let cases: Vec<Case<'_>> = vec![
         (
             "duplicate",
             with(5, funcs[2].clone()),
             libc::EINVAL,
-            Some((5, Refusal::Duplicate)),
+            Some((5, Reason::Duplicate)),
         ),
         (
             "address of another function",
             with(2, wrong_addr),
             libc::EINVAL,
-            Some((2, Refusal::WrongAddress)),
+            Some((2, Reason::WrongAddress)),
         ),
         (
             "not a function",
             with(0, not_func),
             libc::ENOENT,
-            Some((0, Refusal::NotAFunction)),
+            Some((0, Reason::NotAFunction)),
         ),
         (
             "notrace",
             with(3, notrace),
             libc::ENOENT,
-            Some((3, Refusal::NotTraceable)),
+            Some((3, Reason::NotTraceable)),
         ),
         ("none", Vec::new(), libc::EINVAL, None),
         (
@@ -616,7 +619,7 @@ fn coexistence() -> Result<()> {
         check_eq!(e.errno, libc::EBUSY, "errno");
         check_eq!(
             e.refused,
-            Some((0, Refusal::Busy)),
+            Some((0, Reason::Busy)),
             "the function refused and why"
         );
         // The rest attaches.
@@ -761,13 +764,13 @@ fn unprivileged() -> Result<()> {
         .write(true)
         .open(multi::DEVICE)?;
     let info_errno = || {
-        let mut info = [0u64; 5];
-        // SAFETY: RKF_MULTI_IOC_INFO on an open file, with a buffer of its 40 bytes.
+        let mut info = abi::LinkInfo::default();
+        // SAFETY: RKF_MULTI_IOC_INFO on an open file, with its struct.
         let r = unsafe {
             libc::ioctl(
                 std::os::fd::AsRawFd::as_raw_fd(&file),
-                multi::IOC_INFO as _,
-                info.as_mut_ptr(),
+                abi::IOC_INFO as _,
+                &mut info,
             )
         };
         if r < 0 {
@@ -810,7 +813,7 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
         .open(multi::DEVICE)?;
     let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
     let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
-    let mut req = multi::AttachRequest {
+    let mut req = AttachRequest {
         prog_fd: prog.as_fd().as_raw_fd() as u32,
         cnt: funcs.len() as u32,
         btf_ids: ids.as_ptr() as u64,
@@ -819,7 +822,7 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
         ..Default::default()
     };
     // SAFETY: RKF_MULTI_IOC_ATTACH with its struct; the arrays outlive the call.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), multi::IOC_ATTACH as _, &mut req) };
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), abi::IOC_ATTACH as _, &mut req) };
     let errno = if r < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
     } else {
@@ -958,14 +961,14 @@ fn module_targets() -> Result<()> {
         (
             "vmlinux's BTF",
             std::os::fd::AsRawFd::as_raw_fd(&vmlinux),
-            (libc::EINVAL, 1, Refusal::NotModuleBtf as u32),
+            (libc::EINVAL, 1, Reason::NotModuleBtf as u32),
         ),
         (
             "a program fd",
             prog_fd,
-            (libc::EINVAL, 1, Refusal::NotModuleBtf as u32),
+            (libc::EINVAL, 1, Reason::NotModuleBtf as u32),
         ),
-        ("no fd", 9999, (libc::EBADF, 1, Refusal::BadFd as u32)),
+        ("no fd", 9999, (libc::EBADF, 1, Reason::BadFd as u32)),
     ];
     for (what, fd, want) in cases {
         // The bad fd on the second function, the others rkf_testmod's: the refusal
@@ -996,7 +999,7 @@ fn module_targets() -> Result<()> {
     )?;
     check_eq!(
         got,
-        (libc::EINVAL, 0, Refusal::WrongAddress as u32),
+        (libc::EINVAL, 0, Reason::WrongAddress as u32),
         "{} through rkf_testmod's BTF: (errno, index, reason)",
         vmlinux_fn[0].name
     );
@@ -1214,32 +1217,55 @@ fn ioctl_fuzz() -> Result<()> {
                                 2 => u64::MAX - 7,
                                 _ => valid,
                             };
-                            let mut req = [0u64; 7];
                             let prog_fd = fds[rng.below(fds.len() as u64) as usize];
-                            req[0] = u64::from(prog_fd as u32) | (u64::from(cnt) << 32);
-                            req[1] = ptr(ids_buf.as_ptr() as u64, &mut rng);
-                            req[2] = ptr(addrs_buf.as_ptr() as u64, &mut rng);
-                            req[3] = match rng.below(3) {
-                                0 => 0,
-                                _ => ptr(cookies.as_ptr() as u64, &mut rng),
+                            let mut req = AttachRequest {
+                                prog_fd: prog_fd as u32,
+                                cnt,
+                                btf_ids: ptr(ids_buf.as_ptr() as u64, &mut rng),
+                                addrs: ptr(addrs_buf.as_ptr() as u64, &mut rng),
+                                cookies: match rng.below(3) {
+                                    0 => 0,
+                                    _ => ptr(cookies.as_ptr() as u64, &mut rng),
+                                },
+                                btf_fds: match rng.below(3) {
+                                    0 => ptr(btf_fds_buf.as_ptr() as u64, &mut rng),
+                                    _ => 0,
+                                },
+                                // Sometimes junk in `flags` and `bad_index` (which the
+                                // kernel must refuse, and overwrite), and in the rest.
+                                flags: if rng.below(20) == 0 {
+                                    rng.next() as u32
+                                } else {
+                                    0
+                                },
+                                bad_index: if rng.below(20) == 0 {
+                                    rng.next() as u32
+                                } else {
+                                    0
+                                },
+                                reason: if rng.below(40) == 0 {
+                                    rng.next() as u32
+                                } else {
+                                    0
+                                },
+                                pad: if rng.below(40) == 0 {
+                                    rng.next() as u32
+                                } else {
+                                    0
+                                },
                             };
-                            req[4] = match rng.below(3) {
-                                0 => ptr(btf_fds_buf.as_ptr() as u64, &mut rng),
-                                _ => 0,
+                            let cmd: u32 = match rng.below(20) {
+                                0 => rng.next() as u32,
+                                1 => abi::iowr(
+                                    abi::IOC_TYPE,
+                                    abi::IOC_NR_ATTACH,
+                                    rng.below(64) as usize,
+                                ),
+                                _ => abi::IOC_ATTACH,
                             };
-                            req[5] = if rng.below(20) == 0 { rng.next() } else { 0 };
-                            let cmd: u64 = match rng.below(20) {
-                                0 => rng.next() & 0xffff_ffff,
-                                1 => (3 << 30) | (rng.below(64) << 16) | ((b'r' as u64) << 8) | 1,
-                                _ => multi::IOC_ATTACH,
-                            };
-                            const _: () =
-                                assert!(std::mem::size_of::<multi::AttachRequest>() == 56);
-                            // SAFETY: `req` is 56 bytes; a wrong command or size only makes
-                            // the kernel read less, or refuse.
-                            let r = unsafe {
-                                libc::ioctl(file.as_raw_fd(), cmd as _, req.as_mut_ptr())
-                            };
+                            // SAFETY: `req` is a whole request; a wrong command or size only
+                            // makes the kernel read less, or refuse.
+                            let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, &mut req) };
                             let code = if r < 0 {
                                 std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
                             } else {
@@ -1248,23 +1274,20 @@ fn ioctl_fuzz() -> Result<()> {
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
                             if rng.below(4) == 0 {
-                                let mut info = [0u64; 5];
-                                info[0] = if rng.below(2) == 0 {
-                                    0
-                                } else {
-                                    rng.below(1 << 20)
+                                let mut info = abi::LinkInfo {
+                                    id: if rng.below(2) == 0 {
+                                        0
+                                    } else {
+                                        rng.below(1 << 20)
+                                    },
+                                    // Room for 64 entries at most, or a bad pointer.
+                                    buf_cnt: rng.below(64) as u32,
+                                    funcs: ptr(info_buf.as_mut_ptr() as u64, &mut rng),
+                                    ..Default::default()
                                 };
-                                // buf_cnt (the upper half of the third word), funcs: room
-                                // for 64 entries, or a bad pointer.
-                                info[2] = rng.below(64) << 32;
-                                info[3] = ptr(info_buf.as_mut_ptr() as u64, &mut rng);
-                                // SAFETY: 40 bytes for RKF_MULTI_IOC_INFO.
+                                // SAFETY: RKF_MULTI_IOC_INFO with its struct.
                                 unsafe {
-                                    libc::ioctl(
-                                        file.as_raw_fd(),
-                                        multi::IOC_INFO as _,
-                                        info.as_mut_ptr(),
-                                    )
+                                    libc::ioctl(file.as_raw_fd(), abi::IOC_INFO as _, &mut info)
                                 };
                             }
                             // Keep some links open for a while; close others' links too.

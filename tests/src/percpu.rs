@@ -24,9 +24,8 @@ use rkf::{
     modules, percpu as cli,
     perf::{open_cpu_clock, Sampling, Target},
 };
+use rkf_core::abi::PERCPU_PROBE_MAGIC;
 
-/// rkf_percpu's `RKF_PERCPU_PROBE_MAGIC`.
-const PROBE_MAGIC: u32 = 0x726b_6670;
 /// `MAX_CPUS` of percpu.bpf.c.
 const MAX_CPUS: u32 = 64;
 
@@ -289,7 +288,7 @@ fn module_variable() -> Result<()> {
         let c = cpu as usize;
         check_eq!(
             b.probe_magic[c],
-            PROBE_MAGIC,
+            PERCPU_PROBE_MAGIC,
             "rkf_percpu_probe.magic on cpu {cpu}"
         );
         check_eq!(b.probe_cpu[c], cpu, "rkf_percpu_probe.cpu on cpu {cpu}");
@@ -483,7 +482,7 @@ fn cli_read() -> Result<()> {
         );
         check_eq!(
             v,
-            format!("{PROBE_MAGIC:#x}"),
+            format!("{PERCPU_PROBE_MAGIC:#x}"),
             "rkf percpu rkf_percpu_probe.magic on cpu {}",
             r.cpu
         );

@@ -16,76 +16,17 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use rkf_core::multi::{self as rules, Refusal};
+use rkf_core::{
+    abi,
+    multi::{self as rules, Reason},
+};
 
 use crate::{btf::RawBtf, kallsyms::Kallsyms};
 
 /// The device.
 pub const DEVICE: &str = "/dev/rkf_multi";
 
-/// `struct rkf_multi_attach` (c-shim/rkf.h), the request of [`IOC_ATTACH`]: what
-/// [`Link::attach()`] sends, public for tools and tests that build requests of their own.
-#[repr(C)]
-#[derive(Default, Debug)]
-pub struct AttachRequest {
-    /// The program's fd.
-    pub prog_fd: u32,
-    /// How many functions.
-    pub cnt: u32,
-    /// `u32[cnt]`: their BTF ids.
-    pub btf_ids: u64,
-    /// `u64[cnt]`: their addresses.
-    pub addrs: u64,
-    /// `u64[cnt]`: their cookies, or 0.
-    pub cookies: u64,
-    /// `i32[cnt]`: the BTF object fd of each function's module, 0 for vmlinux (so fd 0
-    /// cannot name a BTF object, as with BPF's `attach_btf_obj_fd`); or 0 for none.
-    pub btf_fds: u64,
-    /// 0.
-    pub flags: u32,
-    /// Out: the refused function, or `u32::MAX`.
-    pub bad_index: u32,
-    /// Out: why ([`Refusal`]), or 0.
-    pub reason: u32,
-    /// 0.
-    pub pad: u32,
-}
-
-/// `struct rkf_multi_func_info`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct FuncInfo {
-    /// The function's address.
-    pub addr: u64,
-    /// Its cookie.
-    pub cookie: u64,
-    /// Program runs on it.
-    pub hits: u64,
-    /// Runs skipped by the recursion guard.
-    pub misses: u64,
-}
-
-/// `struct rkf_multi_link_info`.
-#[repr(C)]
-#[derive(Default, Debug)]
-struct LinkInfoC {
-    id: u64,
-    prog_id: u32,
-    fexit: u32,
-    cnt: u32,
-    buf_cnt: u32,
-    funcs: u64,
-    next_id: u64,
-}
-
-const fn iowr(nr: u64, size: usize) -> u64 {
-    // _IOWR('r', nr, size): dir 3 << 30, size << 16, type << 8, nr.
-    (3 << 30) | ((size as u64) << 16) | ((b'r' as u64) << 8) | nr
-}
-/// `RKF_MULTI_IOC_ATTACH`.
-pub const IOC_ATTACH: u64 = iowr(1, std::mem::size_of::<AttachRequest>());
-/// `RKF_MULTI_IOC_INFO`.
-pub const IOC_INFO: u64 = iowr(2, std::mem::size_of::<LinkInfoC>());
+pub use rkf_core::abi::{AttachRequest, FuncInfo, IOC_ATTACH, IOC_INFO};
 
 /// A function to attach to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +63,7 @@ impl Func {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Skip {
     /// What rkf_multi would refuse.
-    Refused(u32),
+    Rule(Reason),
     /// Two kernel functions have the name (static functions of different files): the
     /// address is ambiguous.
     Ambiguous,
@@ -133,7 +74,7 @@ pub enum Skip {
 impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Refused(r) => f.write_str(Refusal::from_raw(*r).map_or("?", Refusal::describe)),
+            Self::Rule(r) => f.write_str(r.describe()),
             Self::Ambiguous => f.write_str("the name is not unique in /proc/kallsyms"),
             Self::NoSymbol => f.write_str("not in /proc/kallsyms"),
         }
@@ -250,12 +191,10 @@ pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
             }
             let ftrace_name = qualified_name(&f.name, object);
             let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
-                Err(r) => Some(Skip::Refused(r as u32)),
-                Ok(_) if rules::denied(f.name.as_bytes()) => {
-                    Some(Skip::Refused(Refusal::Denied as u32))
-                }
+                Err(r) => Some(Skip::Rule(r)),
+                Ok(_) if rules::denied(f.name.as_bytes()) => Some(Skip::Rule(Reason::Denied)),
                 Ok(_) => match (ftrace.get(&ftrace_name), addrs.get(f.name.as_str())) {
-                    (None, _) => Some(Skip::Refused(Refusal::NotTraceable as u32)),
+                    (None, _) => Some(Skip::Rule(Reason::NotTraceable)),
                     (_, None) => Some(Skip::NoSymbol),
                     (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
                     _ => None,
@@ -299,7 +238,7 @@ pub struct AttachError {
     /// The errno.
     pub errno: i32,
     /// The function the refusal names, and why, if it names one.
-    pub refused: Option<(usize, Refusal)>,
+    pub refused: Option<(usize, Reason)>,
     /// What to tell the user.
     pub message: String,
 }
@@ -339,7 +278,7 @@ fn open_device() -> std::io::Result<File> {
 }
 
 /// Issues an rkf_multi ioctl.
-fn ioctl<T>(file: &File, req: u64, arg: &mut T) -> std::io::Result<()> {
+fn ioctl<T>(file: &File, req: u32, arg: &mut T) -> std::io::Result<()> {
     // SAFETY: `arg` is the struct the request is defined with, valid for reads and writes.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), req as _, arg as *mut T) };
     if r < 0 {
@@ -405,7 +344,7 @@ impl Link {
         let attach_time = start.elapsed();
         match r {
             Ok(()) => {
-                let mut info = LinkInfoC::default();
+                let mut info = abi::LinkInfo::default();
                 ioctl(&file, IOC_INFO, &mut info)
                     .map_err(|e| plain(e.raw_os_error().unwrap_or(0), format!("link info: {e}")))?;
                 Ok(Self {
@@ -416,7 +355,7 @@ impl Link {
             }
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(0);
-                let refused = Refusal::from_raw(req.reason)
+                let refused = Reason::from_raw(req.reason)
                     .filter(|_| (req.bad_index as usize) < funcs.len())
                     .map(|r| (req.bad_index as usize, r));
                 let message = match refused {
@@ -444,18 +383,18 @@ impl Link {
 
 /// Reads link `id` (0: the file's own, N: the first with id N or more) and the next id.
 fn info_of(file: &File, id: u64) -> Result<(LinkInfo, u64)> {
-    let mut req = LinkInfoC {
+    let mut req = abi::LinkInfo {
         id,
-        ..LinkInfoC::default()
+        ..abi::LinkInfo::default()
     };
     ioctl(file, IOC_INFO, &mut req).context("RKF_MULTI_IOC_INFO")?;
     let mut funcs = vec![FuncInfo::default(); req.cnt as usize];
     // The link cannot change (a link's functions are fixed); read them all.
-    req = LinkInfoC {
+    req = abi::LinkInfo {
         id: req.id,
         buf_cnt: funcs.len() as u32,
         funcs: funcs.as_mut_ptr() as u64,
-        ..LinkInfoC::default()
+        ..abi::LinkInfo::default()
     };
     ioctl(file, IOC_INFO, &mut req).context("RKF_MULTI_IOC_INFO")?;
     Ok((

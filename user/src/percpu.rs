@@ -184,9 +184,10 @@ mod tests {
     fn formats() {
         let i = |signed| ValueKind::Int { signed };
         assert_eq!(format_value(i(false), &[1, 0, 0, 0], false), "1");
+        let magic = rkf_core::abi::PERCPU_PROBE_MAGIC;
         assert_eq!(
-            format_value(i(true), &[0x70, 0x66, 0x6b, 0x72], true),
-            "0x726b6670"
+            format_value(i(true), &magic.to_le_bytes(), true),
+            format!("{magic:#x}")
         );
         assert_eq!(
             format_value(i(true), &[0xff, 0xff, 0xff, 0xff], false),

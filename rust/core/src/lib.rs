@@ -8,6 +8,7 @@
 
 #![no_std]
 
+pub mod abi;
 pub mod multi;
 pub mod percpu;
 pub mod stack;

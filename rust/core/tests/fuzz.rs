@@ -221,12 +221,12 @@ fn fuzz_shape_and_count() {
             let reg = |k: u32, s: u32| k == PTR || (matches!(k, INT | ENUM | ENUM64) && s <= 8);
             let got = multi::check_shape(nr, varargs, &kind, &size);
             let want = if nr > multi::MAX_ARGS {
-                Err(multi::Refusal::TooManyArgs)
+                Err(multi::Reason::TooManyArgs)
             } else if varargs
                 || (kind[0] != 0 && !reg(kind[0], size[0]))
                 || (1..=nr as usize).any(|i| !reg(kind[i], size[i]))
             {
-                Err(multi::Refusal::NotInRegisters)
+                Err(multi::Reason::NotInRegisters)
             } else {
                 Ok(nr)
             };

@@ -67,23 +67,25 @@ fn counts_and_duplicates() {
     assert_eq!(check_count(1), Ok(()));
     assert_eq!(check_count(MAX_FUNCS), Ok(()));
     assert_eq!(check_count(MAX_FUNCS + 1), Err(E2BIG));
-    assert_eq!(first_duplicate(&[1, 2, 3]), None);
-    assert_eq!(first_duplicate(&[1, 2, 2, 3, 3]), Some(2));
-    assert_eq!(first_duplicate::<u32>(&[]), None);
+    assert_eq!(first_duplicate(&[1, 2, 3], |&x| x), None);
+    assert_eq!(first_duplicate(&[1, 2, 2, 3, 3], |&x| x), Some(2));
+    assert_eq!(first_duplicate::<u32, u32>(&[], |&x| x), None);
+    assert_eq!(first_duplicate(&[(1, 'a'), (1, 'b')], |&(k, _)| k), Some(1));
+    assert_eq!(first_duplicate(&[(1, 'a'), (2, 'a')], |&(k, _)| k), None);
 }
 
 #[test]
 fn refusals_round_trip() {
     for v in 1..=12 {
-        let r = Refusal::from_raw(v).unwrap();
+        let r = Reason::from_raw(v).unwrap();
         assert_eq!(r as u32, v);
         assert!(!r.describe().is_empty());
         assert!([EINVAL, E2BIG, ENOENT, EBUSY, EBADF].contains(&r.errno()));
     }
-    assert_eq!(Refusal::from_raw(0), None);
-    assert_eq!(Refusal::from_raw(13), None);
-    assert_eq!(Refusal::Busy.errno(), EBUSY);
-    assert_eq!(Refusal::NotTraceable.errno(), ENOENT);
+    assert_eq!(Reason::from_raw(0), None);
+    assert_eq!(Reason::from_raw(13), None);
+    assert_eq!(Reason::Busy.errno(), EBUSY);
+    assert_eq!(Reason::NotTraceable.errno(), ENOENT);
     assert!(denied(b"migrate_disable") && !denied(b"vfs_read"));
 }
 
@@ -108,30 +110,30 @@ fn shapes() {
     assert_eq!(check_shape(6, false, &k(PTR, &[PTR; 6]), &sizes), Ok(6));
     assert_eq!(
         check_shape(7, false, &k(PTR, &[PTR; 7]), &sizes),
-        Err(Refusal::TooManyArgs)
+        Err(Reason::TooManyArgs)
     );
     // a struct by value, a float, a struct return, __int128, varargs
     assert_eq!(
         check_shape(1, false, &k(INT, &[4]), &sizes),
-        Err(Refusal::NotInRegisters)
+        Err(Reason::NotInRegisters)
     );
     assert_eq!(
         check_shape(1, false, &k(INT, &[16]), &sizes),
-        Err(Refusal::NotInRegisters)
+        Err(Reason::NotInRegisters)
     );
     assert_eq!(
         check_shape(1, false, &k(4, &[PTR]), &sizes),
-        Err(Refusal::NotInRegisters)
+        Err(Reason::NotInRegisters)
     );
     let mut wide = sizes;
     wide[1] = 16;
     assert_eq!(
         check_shape(1, false, &k(INT, &[INT]), &wide),
-        Err(Refusal::NotInRegisters)
+        Err(Reason::NotInRegisters)
     );
     assert_eq!(
         check_shape(2, true, &k(INT, &[PTR, 0]), &sizes),
-        Err(Refusal::NotInRegisters)
+        Err(Reason::NotInRegisters)
     );
 }
 

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_multi's request rules: limits, refusals and their errnos, the deny list, and the
+//! function shapes the trampolines can trace.
+//!
+//! Built into rkf_multi, which applies them to every request, and into user space, which
+//! checks functions before asking.  Nothing here allocates.
+
+/// `EINVAL`.
+pub const EINVAL: i32 = 22;
+/// `E2BIG`.
+pub const E2BIG: i32 = 7;
+/// `ENOENT`.
+pub const ENOENT: i32 = 2;
+/// `EBUSY`.
+pub const EBUSY: i32 = 16;
+/// `EBADF`.
+pub const EBADF: i32 = 9;
+
+/// The most functions one link may attach to.  Bounds every allocation of an attach
+/// request before it is made (16 bytes of input and about 64 bytes of state a function).
+pub const MAX_FUNCS: u32 = 1 << 16;
+
+/// The most links on one function, the limit of BPF trampolines (`BPF_MAX_TRAMP_LINKS`).
+pub const MAX_LINKS_PER_FUNC: u32 = 38;
+
+/// The most register arguments a target may take: the trampoline saves six.
+pub const MAX_ARGS: u32 = 6;
+
+/// Why a function cannot be attached.  The numbers are the ABI of
+/// `struct rkf_multi_attach_request.reason` (c-shim/rkf.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum Reason {
+    /// The BTF id is not a function (`ENOENT`).
+    NotAFunction = 1,
+    /// The address is not the start of the function the BTF id names (`EINVAL`).
+    WrongAddress = 2,
+    /// More than six arguments (`EINVAL`).
+    TooManyArgs = 3,
+    /// A struct, union or floating-point argument or return value (`EINVAL`).
+    NotInRegisters = 4,
+    /// Not in ftrace's `available_filter_functions`: notrace, inlined, or init text
+    /// (`ENOENT`).
+    NotTraceable = 5,
+    /// Another direct trampoline (for example an in-kernel BPF trampoline) owns the
+    /// function (`EBUSY`).
+    Busy = 6,
+    /// The same function twice in one request (`EINVAL`).
+    Duplicate = 7,
+    /// Functions the trampoline itself runs, or that never return to an fexit
+    /// program, as the verifier's deny lists (`EINVAL`).
+    Denied = 8,
+    /// Already `MAX_LINKS_PER_FUNC` links on the function (`E2BIG`).
+    TooManyLinks = 9,
+    /// The program is already attached to the function through another link (`EBUSY`).
+    SameProgram = 10,
+    /// The fd given for the function's BTF object is not the BTF of a loaded module (it
+    /// is vmlinux's, a program's, or not a BTF object), or its module is going away
+    /// (`EINVAL`).
+    NotModuleBtf = 11,
+    /// The fd given for the function's BTF object is not open (`EBADF`).
+    BadFd = 12,
+}
+
+impl Reason {
+    /// The errno the request fails with.
+    pub fn errno(self) -> i32 {
+        match self {
+            Self::NotAFunction | Self::NotTraceable => ENOENT,
+            Self::Busy | Self::SameProgram => EBUSY,
+            Self::TooManyLinks => E2BIG,
+            Self::WrongAddress | Self::TooManyArgs | Self::NotInRegisters | Self::Duplicate => {
+                EINVAL
+            }
+            Self::Denied | Self::NotModuleBtf => EINVAL,
+            Self::BadFd => EBADF,
+        }
+    }
+}
+
+/// Functions the trampoline's own path calls, which would recurse without bound if traced,
+/// and functions that never return, where fexit makes no sense: the verifier's
+/// `btf_id_deny` and `noreturn_deny` lists (kernel/bpf/verifier.c), and the pieces of
+/// `bpf_prog_run()` that are out of line.
+pub const DENY: &[&str] = &[
+    "migrate_disable",
+    "migrate_enable",
+    "___migrate_enable",
+    "rcu_read_unlock_strict",
+    "preempt_count_add",
+    "preempt_count_sub",
+    "__rcu_read_lock",
+    "__rcu_read_unlock",
+    "__bpf_prog_enter_recur",
+    "__bpf_prog_exit_recur",
+    "bpf_dispatcher_xdp_func",
+    "__kasan_check_read",
+    "__kasan_check_write",
+    "do_exit",
+    "do_group_exit",
+    "make_task_dead",
+    "__x64_sys_exit",
+    "__x64_sys_exit_group",
+    "__ia32_sys_exit",
+    "__ia32_sys_exit_group",
+    "kthread_complete_and_exit",
+    "kthread_exit",
+    "__module_put_and_kthread_exit",
+];
+
+/// Whether `name` is on the deny list.
+pub fn denied(name: &[u8]) -> bool {
+    DENY.iter().any(|d| d.as_bytes() == name)
+}
+
+/// BTF kinds (include/uapi/linux/btf.h) that [`check_shape()`] tells apart.
+pub mod btf_kind {
+    /// `BTF_KIND_INT`.
+    pub const INT: u32 = 1;
+    /// `BTF_KIND_PTR`.
+    pub const PTR: u32 = 2;
+    /// `BTF_KIND_ENUM`.
+    pub const ENUM: u32 = 6;
+    /// `BTF_KIND_ENUM64`.
+    pub const ENUM64: u32 = 19;
+}
+
+/// Whether a value of BTF `kind` and `size` travels in one register.
+fn in_register(kind: u32, size: u32) -> bool {
+    match kind {
+        btf_kind::PTR => true,
+        btf_kind::INT | btf_kind::ENUM | btf_kind::ENUM64 => size <= 8,
+        _ => false,
+    }
+}
+
+/// Decides from a function's BTF whether the trampoline can trace it honestly, and
+/// returns its argument count.
+///
+/// `kind[0]`/`size[0]` describe the return type (kind 0: void), `kind[1..]` the
+/// parameters, typedefs and qualifiers skipped (c-shim `rkf_multi_shape()`).  Every
+/// argument and the return value must fit one register: at most six integer, enum or
+/// pointer arguments, no varargs, no struct, union or floating point.
+pub fn check_shape(
+    nr_params: u32,
+    varargs: bool,
+    kind: &[u32; 8],
+    size: &[u32; 8],
+) -> Result<u32, Reason> {
+    if nr_params > MAX_ARGS {
+        return Err(Reason::TooManyArgs);
+    }
+    if varargs {
+        return Err(Reason::NotInRegisters);
+    }
+    if kind[0] != 0 && !in_register(kind[0], size[0]) {
+        return Err(Reason::NotInRegisters);
+    }
+    for i in 1..=nr_params as usize {
+        if !in_register(kind[i], size[i]) {
+            return Err(Reason::NotInRegisters);
+        }
+    }
+    Ok(nr_params)
+}
+
+/// Checks the size of an attach request.
+pub fn check_count(n: u32) -> Result<(), i32> {
+    match n {
+        0 => Err(EINVAL),
+        n if n > MAX_FUNCS => Err(E2BIG),
+        _ => Ok(()),
+    }
+}
+
+/// The index of the first element whose `key` equals its predecessor's in `sorted`
+/// (sorted by `key`), if any: the second of a request's duplicate functions.
+pub fn first_duplicate<T, K: PartialEq>(sorted: &[T], key: impl Fn(&T) -> K) -> Option<usize> {
+    sorted
+        .windows(2)
+        .position(|w| key(&w[0]) == key(&w[1]))
+        .map(|i| i + 1)
+}

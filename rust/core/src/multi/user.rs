@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What user space needs of the request rules: the refusal numbers of the ABI decoded
+//! and described.  Not built into rkf_multi.
+
+use super::Reason;
+
+impl Reason {
+    /// Decodes the ABI number.
+    pub fn from_raw(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => Self::NotAFunction,
+            2 => Self::WrongAddress,
+            3 => Self::TooManyArgs,
+            4 => Self::NotInRegisters,
+            5 => Self::NotTraceable,
+            6 => Self::Busy,
+            7 => Self::Duplicate,
+            8 => Self::Denied,
+            9 => Self::TooManyLinks,
+            10 => Self::SameProgram,
+            11 => Self::NotModuleBtf,
+            12 => Self::BadFd,
+            _ => return None,
+        })
+    }
+
+    /// What to tell the user.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NotAFunction => "the BTF id is not a function",
+            Self::WrongAddress => "the address is not the start of the function its BTF id names",
+            Self::TooManyArgs => "more than 6 arguments",
+            Self::NotInRegisters => "a struct, union or floating-point argument or return value",
+            Self::NotTraceable => {
+                "not traceable (not in available_filter_functions: notrace, inlined or init)"
+            }
+            Self::Busy => "another direct trampoline (e.g. an in-kernel BPF trampoline) owns it",
+            Self::Duplicate => "listed twice",
+            Self::Denied => "the trampoline needs it, or it never returns (deny list)",
+            Self::TooManyLinks => "already 38 links on it",
+            Self::SameProgram => "the program is attached to it through another link",
+            Self::NotModuleBtf => "its BTF object is not the BTF of a loaded module",
+            Self::BadFd => "the fd of its BTF object is not open",
+        }
+    }
+}
