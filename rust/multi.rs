@@ -30,9 +30,8 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-use crate::multi_core::{
-    self as core_rules, Group, Reason, Route, Slot, Update, MAX_LINKS_PER_FUNC,
-};
+use crate::multi_rules::{self as core_rules, Reason, MAX_LINKS_PER_FUNC};
+use crate::multi_table::{self as table_rules, Group, Route, Slot, Update};
 use crate::tramp_core;
 
 /// `MCOUNT_INSN_SIZE`: the trampoline's return address is the site plus the call.
@@ -323,7 +322,7 @@ impl ModuleBtfs {
         for &fd in fds.iter().filter(|&&fd| fd != 0) {
             sorted.push(fd, GFP_KERNEL)?;
         }
-        core_rules::sort_by_key(&mut sorted, |&fd| fd);
+        table_rules::sort_by_key(&mut sorted, |&fd| fd);
         let mut by_fd = KVVec::new();
         let mut bad = KVVec::<(i32, Reason)>::new();
         for (k, &fd) in sorted.iter().enumerate() {
@@ -696,7 +695,7 @@ fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
             refs.push((li as u32, ti as u32), GFP_KERNEL)?;
         }
     }
-    core_rules::order_slots(&mut slots);
+    table_rules::order_slots(&mut slots);
     let mut progs = KVVec::<ProgC>::with_capacity(total, GFP_KERNEL)?;
     for s in slots.iter() {
         let (li, ti) = refs[s.idx as usize];
@@ -710,14 +709,14 @@ fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
             GFP_KERNEL,
         )?;
     }
-    let nr_funcs = core_rules::groups(&slots).count();
+    let nr_funcs = table_rules::groups(&slots).count();
     let mut funcs = KVVec::<FuncC>::with_capacity(nr_funcs, GFP_KERNEL)?;
     for Group {
         site,
         start,
         end,
         fentry,
-    } in core_rules::groups(&slots)
+    } in table_rules::groups(&slots)
     {
         let (li, ti) = refs[slots[start].idx as usize];
         let t = &links[li as usize].targets[ti as usize];
@@ -733,9 +732,9 @@ fn build_table(reg: &mut Registry) -> Result<Option<Published>> {
             GFP_KERNEL,
         )?;
     }
-    let bits = core_rules::index_bits(nr_funcs);
+    let bits = table_rules::index_bits(nr_funcs);
     let mut index = KVVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
-    core_rules::build_index(funcs.iter().map(|f| f.key as u64), &mut index, bits);
+    table_rules::build_index(funcs.iter().map(|f| f.key as u64), &mut index, bits);
     let tramps = build_tramps(reg, &funcs, &progs)?;
     let table = KBox::new(
         TableC {
@@ -984,7 +983,7 @@ impl Plan {
             retired: false,
         };
         let mut failed = false;
-        plan.retired = core_rules::plan_updates(
+        plan.retired = table_rules::plan_updates(
             old.into_iter().flat_map(|p| p.routes()),
             new.into_iter().flat_map(|p| p.routes()),
             |u, r| {
@@ -1065,7 +1064,7 @@ fn attach(req: &AttachC) -> Result<u64, AttachError> {
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
-    core_rules::sort_by_key(&mut targets, |(t, i)| (t.site, *i));
+    table_rules::sort_by_key(&mut targets, |(t, i)| (t.site, *i));
     if let Some(d) = core_rules::first_duplicate(&targets, |(t, _)| t.site) {
         return Err(AttachError::Refused(Refused::new(
             targets[d].1 as usize,

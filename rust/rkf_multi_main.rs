@@ -16,26 +16,21 @@ use kernel::{
 };
 
 mod multi;
-/// The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules
-/// and the table's.  The glob matcher and the decoding of refusals are user space's, and
-/// are not built here.
-mod multi_core {
-    #[path = "../core/src/multi/rules.rs"]
-    #[expect(
-        unreachable_pub,
-        reason = "shared with the rkf-core host crate, where it is public"
-    )]
-    mod rules;
-    #[path = "../core/src/multi/table.rs"]
-    #[expect(
-        unreachable_pub,
-        reason = "shared with the rkf-core host crate, where it is public"
-    )]
-    mod table;
-
-    pub(crate) use rules::*;
-    pub(crate) use table::*;
-}
+// The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules
+// and the table's.  The glob matcher and the decoding of refusals are user space's, and
+// are not built here.
+#[path = "core/src/multi/rules.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the rkf-core host crate, where it is public"
+)]
+mod multi_rules;
+#[path = "core/src/multi/table.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the rkf-core host crate, where it is public"
+)]
+mod multi_table;
 #[path = "core/src/tramp.rs"]
 #[expect(
     unreachable_pub,
