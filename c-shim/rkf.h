@@ -1,19 +1,56 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The surface between the rkf C shims and the rkf Rust crates.
+ * The one surface between the rkf C shims and the rkf Rust crates.
  *
  * The shims hold only what must be C: __bpf_kfunc entry points and their BTF_KFUNCS sets
- * (Rust code gets no BTF), and per-cpu variables that BPF programs reach as typed __ksym.
- * Everything else is Rust.  rust/shim.rs declares the same items for Rust; keep the two
- * in step.
+ * (Rust code gets no BTF), functions that BPF programs attach to or are verified against,
+ * per-cpu variables that BPF programs reach as typed __ksym, inline and macro-only kernel
+ * APIs, and rkf_multi's hot path and trampoline.  Everything else is Rust.
+ *
+ * The Rust declarations of each module's section are generated from this header by
+ * scripts/gen-bindings.sh into rust/bindings/<module>.rs, which are kept in the tree;
+ * `make lint` fails when they are stale.  The section of a module also names the kernel
+ * exports it uses that the kernel crate's bindings lack (kernel::bindings has the rest).
+ *
+ * The ABI with user space (the /dev/rkf_multi requests, rkf_percpu's probe) is defined
+ * here for C and in rust/core/src/abi.rs for Rust; the modules assert at build time that
+ * the generated bindings of this header have the same sizes, offsets and numbers.
  */
 #ifndef _RKF_H
 #define _RKF_H
 
+/*
+ * The frame of rkf_multi's trampolines (c-shim/rkf_multi_tramp.S and the generated ones
+ * of rust/core/src/tramp.rs), as offsets from rbp.  It is the BPF trampoline's
+ * (arch/x86/net/bpf_jit_comp.c), so that programs and the helpers the verifier inlines
+ * read it as they read the kernel's: ctx = rbp + RKF_MULTI_FRAME_CTX.
+ *
+ *	rbp + 16	the traced function's return address (after an fentry call)
+ *	rbp +  8	the return address into the traced function: its site + 5
+ *	rbp +  0	saved rbp
+ */
+#define RKF_MULTI_FRAME_RET	(-8)	/* ctx[6]: the return value, for fexit programs */
+#define RKF_MULTI_FRAME_CTX	(-56)	/* ctx[0..5]: rdi, rsi, rdx, rcx, r8, r9 */
+#define RKF_MULTI_FRAME_NR_ARGS	(-64)	/* ctx[-1]: the count, bpf_get_func_arg_cnt() */
+#define RKF_MULTI_FRAME_FUNC_IP	(-72)	/* ctx[-2]: the function, bpf_get_func_ip() */
+#define RKF_MULTI_FRAME_FEXIT	(-80)	/* shared trampoline: whether fexit programs wait */
+#define RKF_MULTI_FRAME_SIZE	80	/* bytes below rbp */
+/* The argument slots of ctx: the registers of the x86-64 calling convention. */
+#define RKF_MULTI_MAX_ARGS	6
+
+#ifndef __ASSEMBLY__
+
 #include <linux/btf.h>
 #include <linux/ioctl.h>
+#include <linux/perf_event.h>
 #include <linux/percpu-defs.h>
 #include <linux/types.h>
+
+/*
+ * Marks a function without preconditions: any caller in process context may call it
+ * with any arguments.  scripts/gen-bindings.sh declares it `safe` for Rust.
+ */
+#define __rkf_safe
 
 /* ---- rkf_percpu ------------------------------------------------------------------ */
 
@@ -43,7 +80,6 @@ void *rkf_percpu_resolve_this(const void *ptr);
 /* ---- rkf_stack ------------------------------------------------------------------- */
 
 struct mm_struct;
-struct pt_regs;
 
 /* The kfunc sets of rkf_stack: for the tracing hook, and for kprobe programs. */
 extern const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set;
@@ -51,18 +87,18 @@ extern const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set;
 
 struct mm_struct *rkf_stack_mm_lock(void **cookie);
 void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);
-void rkf_stack_mm_init(void);
-void rkf_stack_mm_exit(void);
+__rkf_safe void rkf_stack_mm_init(void);
+__rkf_safe void rkf_stack_mm_exit(void);
 
 /**
- * struct rkf_stack_plan - what to walk, as the flags and size of one call ask
+ * struct rkf_stack_walk - what to walk, as the flags and size of one call ask
  * @user:      the user stack instead of the kernel stack
  * @build_id:  build-id entries instead of ips
  * @skip:      frames to drop from the top
  * @max_depth: how deep to walk, skipped frames included
  * @elem_size: 8 for ips, sizeof(struct bpf_stack_build_id) for build-id entries
  */
-struct rkf_stack_plan {
+struct rkf_stack_walk {
 	bool user;
 	bool build_id;
 	u32 skip;
@@ -71,15 +107,21 @@ struct rkf_stack_plan {
 };
 
 /* Implemented in Rust (rust/stack.rs). */
-long rkf_stack_plan(void *buf, u32 size, u64 flags, struct rkf_stack_plan *plan);
-long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_plan *plan, long nr);
+long rkf_stack_prepare(void *buf, u32 size, u64 flags, struct rkf_stack_walk *walk);
+long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_walk *walk, long nr);
 long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
+
+/*
+ * Exported by scripts/kernel/patches/0001 and declared by linux/perf_event.h, but not in
+ * the kernel crate's bindings: get_callchain_buffers(), put_callchain_buffers(),
+ * sysctl_perf_event_max_stack.
+ */
 
 /* ---- rkf_multi ------------------------------------------------------------------- */
 
 /*
- * The ioctl ABI of /dev/rkf_multi, mirrored by user/src/multi.rs.  Each open file is one
- * link: RKF_MULTI_IOC_ATTACH attaches it once, closing the file detaches it.
+ * The ioctl ABI of /dev/rkf_multi (rust/core/src/abi.rs for Rust).  Each open file is
+ * one link: RKF_MULTI_IOC_ATTACH attaches it once, closing the file detaches it.
  */
 
 /**
@@ -96,7 +138,7 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
  *             the functions; a bad one is refused naming the first function given it
  * @flags:     0
  * @bad_index: out: the function a refusal is about, or ~0
- * @reason:    out: why it was refused (enum Refusal of rust/core/src/multi.rs), or 0
+ * @reason:    out: why it was refused (enum Reason of rust/core/src/multi/rules.rs), or 0
  * @pad:       0
  */
 struct rkf_multi_attach_request {
@@ -134,7 +176,6 @@ struct rkf_multi_func_info {
  * @fexit:   out: 1 for fexit, 0 for fentry
  * @cnt:     out: its functions
  * @buf_cnt: in: the room in @funcs
- * @pad:     0
  * @funcs:   in: struct rkf_multi_func_info[@buf_cnt], filled with the first ones
  * @next_id: out: the id of the next link, or 0 if it is the last
  */
@@ -148,14 +189,20 @@ struct rkf_multi_link_info {
 	__u64 next_id;
 };
 
-#define RKF_MULTI_IOC_ATTACH	_IOWR('r', 1, struct rkf_multi_attach_request)
-#define RKF_MULTI_IOC_INFO	_IOWR('r', 2, struct rkf_multi_link_info)
+#define RKF_MULTI_IOC_TYPE	'r'
+#define RKF_MULTI_IOC_NR_ATTACH	1
+#define RKF_MULTI_IOC_NR_INFO	2
+#define RKF_MULTI_IOC_ATTACH	\
+	_IOWR(RKF_MULTI_IOC_TYPE, RKF_MULTI_IOC_NR_ATTACH, struct rkf_multi_attach_request)
+#define RKF_MULTI_IOC_INFO	\
+	_IOWR(RKF_MULTI_IOC_TYPE, RKF_MULTI_IOC_NR_INFO, struct rkf_multi_link_info)
 
 /* Kernel side. */
 
 struct bpf_prog;
 struct btf;
 struct module;
+struct workqueue_struct;
 
 /**
  * struct rkf_multi_stats - counters of one program on one function
@@ -181,7 +228,8 @@ struct rkf_multi_prog {
 
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it
- * @key:       its ftrace site + MCOUNT_INSN_SIZE, the trampoline's return address
+ * @ret_ip:    the return address into it, its ftrace site + MCOUNT_INSN_SIZE: what the
+ *             shared trampoline finds it by
  * @addr:      its address (bpf_get_func_ip())
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
  * @nr_fentry: fentry programs, in @first.., in attach order
@@ -189,7 +237,7 @@ struct rkf_multi_prog {
  * @first:     its first program in the table's @progs
  */
 struct rkf_multi_func {
-	unsigned long key;
+	unsigned long ret_ip;
 	unsigned long addr;
 	u32 nr_args;
 	u32 nr_fentry;
@@ -201,9 +249,10 @@ struct rkf_multi_func {
  * struct rkf_multi_table - every traced function; replaced whole, under RCU
  * @nr_funcs: functions
  * @bits:     log2 of the buckets of @index
- * @index:    open addressing by key, linear probing from hash_64(key, @bits): a bucket
- *            holds the position in @funcs plus one, or 0 (rkf_core::multi::build_index())
- * @funcs:    sorted by key
+ * @index:    open addressing by @ret_ip, linear probing from hash_64(ret_ip, @bits): a
+ *            bucket holds the position in @funcs plus one, or 0
+ *            (rkf_core::multi::build_index())
+ * @funcs:    sorted by @ret_ip
  * @progs:    the programs of every function
  */
 struct rkf_multi_table {
@@ -216,12 +265,12 @@ struct rkf_multi_table {
 
 /**
  * struct rkf_multi_shape - a function's BTF, reduced to what decides if it is traceable
- * @name:     its name
+ * @name:      its name
  * @nr_params: its parameters (varargs count as one more)
- * @varargs:  it takes varargs
- * @kind:     BTF kind of the return type ([0], 0 for void) and of up to 7 parameters,
- *            typedefs and qualifiers skipped
- * @size:     their sizes, where the kind has one
+ * @varargs:   it takes varargs
+ * @kind:      BTF kind of the return type ([0], 0 for void) and of up to 7 parameters,
+ *             typedefs and qualifiers skipped
+ * @size:      their sizes, where the kind has one
  */
 struct rkf_multi_shape {
 	const char *name;
@@ -231,49 +280,38 @@ struct rkf_multi_shape {
 	u32 size[8];
 };
 
+/* c-shim/rkf_multi_tramp.S: the shared trampoline. */
 void rkf_multi_tramp(void);
-u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
-u64 rkf_multi_enter(u64 *ctx, unsigned long key);
-void rkf_multi_exit(u64 *ctx, unsigned long key);
 
+/* c-shim/rkf_multi_run.c: what programs are verified against, and the hot path. */
+u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
+u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
+void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
+void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
+const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
+__rkf_safe void rkf_multi_wait_fexit_frames(void);
+
+/* c-shim/rkf_multi_check.c: programs and functions, checked. */
 struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id);
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
-void rkf_multi_prog_put(struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);
-struct btf *rkf_multi_btf_get(int fd);
-void rkf_multi_btf_put(struct btf *btf);
-struct module *rkf_multi_btf_module(const struct btf *btf);
-void rkf_multi_module_put(struct module *mod);
 bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod);
-unsigned long rkf_multi_site(unsigned long addr);
-unsigned long rkf_multi_site_owner(unsigned long site);
+__rkf_safe bool rkf_multi_ibt_enabled(void);
 
-/* What rkf_multi_ftrace_update() does. */
-#define RKF_MULTI_HOOK		0
-#define RKF_MULTI_UNHOOK	1
-#define RKF_MULTI_MOVE		2
-
-int rkf_multi_ftrace_update(const unsigned long *sites, const unsigned long *tramps, u32 n,
-			    u32 op);
-void rkf_multi_run_fentry(const struct rkf_multi_prog *p, u64 *ctx);
+/* c-shim/rkf_multi_image.c: generated trampolines in BPF text. */
 struct rkf_multi_image;
-bool rkf_multi_tramps_supported(void);
+__rkf_safe bool rkf_multi_images_supported(void);
 struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code);
 int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf);
 void rkf_multi_image_free(struct rkf_multi_image *im);
-const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
-void rkf_multi_defer(void *garbage, bool tasks);
-void rkf_multi_sync(bool tasks);
-void rkf_multi_pin(void);
-int rkf_multi_init_deferred(void);
-void rkf_multi_exit_deferred(void);
-void rkf_multi_wait_inflight(void);
-bool rkf_multi_capable(void);
-bool rkf_multi_ibt_enabled(void);
 
-/* Implemented in Rust (rust/multi.rs). */
-void rkf_multi_free_garbage(void *garbage);
+/* c-shim/rkf_multi_deferred.c: freeing after grace periods, in process context. */
+__rkf_safe struct workqueue_struct *rkf_multi_deferred_init(void);
+void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(void *garbage),
+		     bool tasks);
+__rkf_safe void rkf_multi_sync(bool tasks);
+void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 
 /* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */
 
@@ -289,4 +327,5 @@ u64 rkf_testmod_multi_test2(s8 a, u64 b);
 s64 rkf_testmod_multi_test3(u16 a, s32 b, u64 c);
 u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f);
 
+#endif /* !__ASSEMBLY__ */
 #endif /* _RKF_H */

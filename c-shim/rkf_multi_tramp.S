@@ -4,17 +4,10 @@
  * calling here, directly (or, when other ftrace users share the site, through
  * ftrace_regs_caller, which returns here with the same stack).
  *
- * The frame is the BPF trampoline's (arch/x86/net/bpf_jit_comp.c), so that programs and
- * the helpers the verifier inlines read it as they read the kernel's:
- *
- *	rbp + 16	the traced function's return address
- *	rbp +  8	the return address into the traced function (site + 5): the key
- *	rbp +  0	saved rbp
- *	rbp -  8	ctx[6]: the return value, for fexit programs
- *	rbp - 56	ctx[0..5]: rdi, rsi, rdx, rcx, r8, r9
- *	rbp - 64	ctx[-1]: the argument count (bpf_get_func_arg_cnt())
- *	rbp - 72	ctx[-2]: the function's address (bpf_get_func_ip())
- *	rbp - 80	whether fexit programs wait
+ * The frame is the one c-shim/rkf.h defines (RKF_MULTI_FRAME_*): the BPF trampoline's
+ * (arch/x86/net/bpf_jit_comp.c), so that programs and the helpers the verifier inlines
+ * read it as they read the kernel's.  rbp + 8 holds the return address into the traced
+ * function (its site + 5), by which rkf_multi_shared_fentry() finds it.
  *
  * Every argument register is restored as it came, whatever BTF says the function takes.
  * fexit calls the rest of the function indirectly: with IBT the target would need an
@@ -25,33 +18,37 @@
 #include <asm/nospec-branch.h>
 #include <asm/unwind_hints.h>
 
+#include "rkf.h"
+
+#define CTX(i)	(RKF_MULTI_FRAME_CTX + 8 * (i))(%rbp)
+
 	.code64
 	.section .text, "ax"
 
 SYM_FUNC_START(rkf_multi_tramp)
 	pushq	%rbp
 	movq	%rsp, %rbp
-	subq	$80, %rsp
-	movq	%rdi, -56(%rbp)
-	movq	%rsi, -48(%rbp)
-	movq	%rdx, -40(%rbp)
-	movq	%rcx, -32(%rbp)
-	movq	%r8, -24(%rbp)
-	movq	%r9, -16(%rbp)
-	movq	$0, -8(%rbp)
+	subq	$RKF_MULTI_FRAME_SIZE, %rsp
+	movq	%rdi, CTX(0)
+	movq	%rsi, CTX(1)
+	movq	%rdx, CTX(2)
+	movq	%rcx, CTX(3)
+	movq	%r8, CTX(4)
+	movq	%r9, CTX(5)
+	movq	$0, RKF_MULTI_FRAME_RET(%rbp)
 
-	leaq	-56(%rbp), %rdi
+	leaq	CTX(0), %rdi
 	movq	8(%rbp), %rsi
-	call	rkf_multi_enter
-	movq	%rax, -80(%rbp)
+	call	rkf_multi_shared_fentry
+	movq	%rax, RKF_MULTI_FRAME_FEXIT(%rbp)
 
-	movq	-56(%rbp), %rdi
-	movq	-48(%rbp), %rsi
-	movq	-40(%rbp), %rdx
-	movq	-32(%rbp), %rcx
-	movq	-24(%rbp), %r8
-	movq	-16(%rbp), %r9
-	cmpq	$0, -80(%rbp)
+	movq	CTX(0), %rdi
+	movq	CTX(1), %rsi
+	movq	CTX(2), %rdx
+	movq	CTX(3), %rcx
+	movq	CTX(4), %r8
+	movq	CTX(5), %r9
+	cmpq	$0, RKF_MULTI_FRAME_FEXIT(%rbp)
 	jne	.Lrkf_multi_fexit
 	leave
 	RET
@@ -60,11 +57,11 @@ SYM_FUNC_START(rkf_multi_tramp)
 	/* Run the rest of the function, then the fexit programs. */
 	movq	8(%rbp), %r11
 	CALL_NOSPEC r11
-	movq	%rax, -8(%rbp)
-	leaq	-56(%rbp), %rdi
+	movq	%rax, RKF_MULTI_FRAME_RET(%rbp)
+	leaq	CTX(0), %rdi
 	movq	8(%rbp), %rsi
-	call	rkf_multi_exit
-	movq	-8(%rbp), %rax
+	call	rkf_multi_shared_fexit
+	movq	RKF_MULTI_FRAME_RET(%rbp), %rax
 	leave
 	/* Return to the function's caller: drop the return address into its body. */
 	addq	$8, %rsp

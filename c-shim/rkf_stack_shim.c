@@ -49,8 +49,8 @@ static void rkf_stack_regs_put(void)
 /**
  * rkf_stack_capture() - take the callchain and store it, as __bpf_get_stack() does
  * @regs: where the stack starts
- * @buf:  the program's buffer, with room for the entries @plan allows
- * @plan: from rkf_stack_plan()
+ * @buf:  the program's buffer, with room for the entries @walk allows
+ * @walk: from rkf_stack_prepare()
  *
  * The callchain entry is only valid with preemption disabled and under RCU, hence C.
  * Always inlined into the kfunc: when @regs comes from perf_fetch_caller_regs(), the
@@ -58,13 +58,13 @@ static void rkf_stack_regs_put(void)
  * the kfunc's, and a frame of module text costs more to unwind than one of vmlinux.
  *
  * Return: the number of entries stored, or -EFAULT when there is no callchain or fewer
- * than @plan->skip frames.
+ * than @walk->skip frames.
  */
 static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
-					      const struct rkf_stack_plan *plan)
+					      const struct rkf_stack_walk *walk)
 {
 	struct perf_callchain_entry *trace;
-	u32 skip = plan->skip, nr, i;
+	u32 skip = walk->skip, nr, i;
 
 	/*
 	 * RCU too, for the rcu_dereference() of the callchain buffers: sleepable and syscall
@@ -73,7 +73,7 @@ static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
 	 */
 	preempt_disable();
 	rcu_read_lock();
-	trace = get_perf_callchain(regs, !plan->user, plan->user, plan->max_depth, false,
+	trace = get_perf_callchain(regs, !walk->user, walk->user, walk->max_depth, false,
 				   false, 0);
 	if (unlikely(!trace) || trace->nr < skip) {
 		rcu_read_unlock();
@@ -81,7 +81,7 @@ static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
 		return -EFAULT;
 	}
 	nr = trace->nr - skip;
-	if (!plan->build_id) {
+	if (!walk->build_id) {
 		memcpy(buf, trace->ip + skip, nr * sizeof(u64));
 	} else {
 		struct bpf_stack_build_id *ids = buf;
@@ -101,14 +101,14 @@ static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
 static __always_inline long rkf_stack_get(struct pt_regs *regs, void *buf, u32 size,
 					  u64 flags)
 {
-	struct rkf_stack_plan plan;
+	struct rkf_stack_walk walk;
 	long ret;
 
-	ret = rkf_stack_plan(buf, size, flags, &plan);
+	ret = rkf_stack_prepare(buf, size, flags, &walk);
 	if (ret)
 		return ret;
-	ret = rkf_stack_capture(regs, buf, &plan);
-	return rkf_stack_finish(buf, size, &plan, ret);
+	ret = rkf_stack_capture(regs, buf, &walk);
+	return rkf_stack_finish(buf, size, &walk, ret);
 }
 
 __bpf_kfunc_start_defs();

@@ -7,9 +7,22 @@
 //! shim defines the functions and their `struct btf_kfunc_id_set`; this file registers the
 //! set and turns the kernel's silent failure modes into load errors.
 
+use core::ptr;
+
 use kernel::{bindings, error::to_result, prelude::*, ThisModule};
 
-use crate::shim::KfuncSet;
+/// A kfunc set a shim defines (`struct btf_kfunc_id_set`, declared in c-shim/rkf.h).
+pub(crate) struct KfuncSet(&'static bindings::btf_kfunc_id_set);
+
+impl KfuncSet {
+    /// Wraps the shim's set.
+    pub(crate) const fn new(set: &'static bindings::btf_kfunc_id_set) -> Self {
+        Self(set)
+    }
+}
+
+// SAFETY: the set is a const object of the shim, never written.
+unsafe impl Sync for KfuncSet {}
 
 /// A BPF program type, as far as kfunc registration is concerned.
 ///
@@ -66,7 +79,7 @@ impl KfuncRegistration {
             return Err(ENOEXEC);
         }
 
-        let set = set.as_raw();
+        let set = ptr::from_ref(set.0);
         // SAFETY: `set` is a kfunc set of the shim, and its `set` points to the shim's
         // `BTF_KFUNCS_START/END` set, a static whose `cnt` entries follow the header.
         let ids = unsafe {

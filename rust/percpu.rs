@@ -4,30 +4,22 @@
 
 use kernel::{bindings, cpu::CpuId, cpumask::Cpumask, ffi::c_void};
 
-use crate::percpu_core::{self, CpuLayout};
-use crate::shim::{KfuncIdSetC, KfuncSet};
+use crate::{
+    abi::{self, PercpuProbe},
+    kfunc::KfuncSet,
+    percpu_core::{self, CpuLayout},
+    rkf_h,
+};
 
-/// `RKF_PERCPU_PROBE_MAGIC` (c-shim/rkf.h).
-const RKF_PERCPU_PROBE_MAGIC: u32 = 0x726b_6670;
-
-/// `struct rkf_percpu_probe` (c-shim/rkf.h).
-#[repr(C)]
-struct RkfPercpuProbe {
-    cpu: u32,
-    magic: u32,
-    self_: u64,
-}
-
-extern "C" {
-    /// The per-cpu variable `rkf_percpu_probe`; its address is a `__percpu` address.
-    static mut rkf_percpu_probe: RkfPercpuProbe;
-    static rkf_percpu_kfunc_set: KfuncIdSetC;
-}
+// The probe of rust/core/src/abi.rs is the one c-shim/rkf.h defines for C.
+crate::abi_check::assert_same_layout!(PercpuProbe, rkf_h::rkf_percpu_probe,
+    cpu, magic, self_addr => self_);
+const _: () = assert!(abi::PERCPU_PROBE_MAGIC == rkf_h::RKF_PERCPU_PROBE_MAGIC);
 
 /// The kfunc set of rkf_percpu (`rkf_percpu_kfunc_set`).
 pub(crate) static KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_percpu_kfunc_set` as a const object, never written.
-    KfuncSet::new(unsafe { &rkf_percpu_kfunc_set });
+    KfuncSet::new(unsafe { &rkf_h::rkf_percpu_kfunc_set });
 
 /// The cpus of the running kernel.
 struct KernelCpus;
@@ -79,20 +71,32 @@ pub(crate) extern "C" fn rkf_percpu_resolve_this(ptr: *const c_void) -> *mut c_v
 /// Initialises every possible cpu's copy of `rkf_percpu_probe`, the module's own per-cpu
 /// variable, which tests read from BPF to check resolution against the module's view.
 pub(crate) fn init_probe() {
-    let base = (&raw mut rkf_percpu_probe).cast::<c_void>();
+    let base = (&raw mut rkf_h::rkf_percpu_probe).cast::<c_void>();
     for cpu in 0..kernel::cpu::nr_cpu_ids() {
-        let copy = rkf_percpu_resolve(base, cpu).cast::<RkfPercpuProbe>();
+        let copy = rkf_percpu_resolve(base, cpu).cast::<PercpuProbe>();
         if copy.is_null() {
             continue;
         }
         // SAFETY: `copy` is `cpu`'s copy of a per-cpu variable of this module, valid for
         // the module's lifetime; nothing reads it before module init has returned.
         unsafe {
-            copy.write(RkfPercpuProbe {
+            copy.write(PercpuProbe {
                 cpu,
-                magic: RKF_PERCPU_PROBE_MAGIC,
-                self_: copy as u64,
+                magic: abi::PERCPU_PROBE_MAGIC,
+                self_addr: copy as u64,
             })
         };
     }
 }
+
+// The definitions above have the prototypes c-shim/rkf.h declares.
+const _: () = {
+    let _ = [
+        rkf_h::rkf_percpu_resolve as unsafe extern "C" fn(_, _) -> _,
+        rkf_percpu_resolve,
+    ];
+    let _ = [
+        rkf_h::rkf_percpu_resolve_this as unsafe extern "C" fn(_) -> _,
+        rkf_percpu_resolve_this,
+    ];
+};

@@ -15,46 +15,18 @@ use kernel::{
     prelude::*,
 };
 
-use crate::shim::KfuncSet;
 use crate::stack_core::{self, AddressSpace, Vma, BUILD_ID_SIZE};
-
-// The items of c-shim/rkf.h for rkf_stack, and the exports of the rkf export patch.
-mod shim {
-    use kernel::ffi::{c_int, c_void};
-
-    use crate::shim::KfuncIdSetC;
-
-    /// A `struct mm_struct`, opaque here: the bindgen type is not FFI-safe by rustc's rules.
-    #[repr(C)]
-    pub(super) struct MmC {
-        _opaque: [u8; 0],
-    }
-
-    extern "C" {
-        pub(super) static rkf_stack_tracing_kfunc_set: KfuncIdSetC;
-        pub(super) static rkf_stack_kprobe_kfunc_set: KfuncIdSetC;
-
-        pub(super) fn rkf_stack_mm_lock(cookie: *mut *mut c_void) -> *mut MmC;
-        pub(super) fn rkf_stack_mm_unlock(mm: *mut MmC, cookie: *mut c_void);
-        pub(super) fn rkf_stack_mm_init();
-        pub(super) fn rkf_stack_mm_exit();
-
-        // kernel/events/callchain.c, exported by scripts/kernel/patches/0001-*.patch.
-        pub(super) fn get_callchain_buffers(event_max_stack: c_int) -> c_int;
-        pub(super) fn put_callchain_buffers();
-        pub(super) static sysctl_perf_event_max_stack: c_int;
-    }
-}
+use crate::{kfunc::KfuncSet, rkf_h};
 
 /// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_pe()`.
 pub(crate) static TRACING_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
-    KfuncSet::new(unsafe { &shim::rkf_stack_tracing_kfunc_set });
+    KfuncSet::new(unsafe { &rkf_h::rkf_stack_tracing_kfunc_set });
 
 /// The kfunc set for kprobe programs: `bpf_rkf_get_stack_kprobe()`.
 pub(crate) static KPROBE_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` as a const object.
-    KfuncSet::new(unsafe { &shim::rkf_stack_kprobe_kfunc_set });
+    KfuncSet::new(unsafe { &rkf_h::rkf_stack_kprobe_kfunc_set });
 
 /// A reference on the perf callchain buffers, held while the module is loaded.
 ///
@@ -76,7 +48,7 @@ impl CallchainBuffers {
         let max = sysctl_max_stack();
         // SAFETY: no preconditions; `max` is the sysctl's own value, so this does not
         // fail with EOVERFLOW.
-        kernel::error::to_result(unsafe { shim::get_callchain_buffers(max as i32) })
+        kernel::error::to_result(unsafe { rkf_h::get_callchain_buffers(max as i32) })
             .inspect_err(|e| pr_err!("cannot get the perf callchain buffers: {:?}\n", e))?;
         // INVARIANT: the reference was just taken.
         Ok(Self { _private: () })
@@ -86,7 +58,7 @@ impl CallchainBuffers {
 impl Drop for CallchainBuffers {
     fn drop(&mut self) {
         // SAFETY: by the type invariant, this object holds one reference.
-        unsafe { shim::put_callchain_buffers() };
+        unsafe { rkf_h::put_callchain_buffers() };
     }
 }
 
@@ -102,8 +74,7 @@ pub(crate) struct MmUnlockWork {
 impl MmUnlockWork {
     /// Sets up the slots.
     pub(crate) fn new() -> Self {
-        // SAFETY: called once, at module init, before any kfunc can run.
-        unsafe { shim::rkf_stack_mm_init() };
+        rkf_h::rkf_stack_mm_init();
         // INVARIANT: just initialised.
         Self { _private: () }
     }
@@ -111,22 +82,22 @@ impl MmUnlockWork {
 
 impl Drop for MmUnlockWork {
     fn drop(&mut self) {
-        // SAFETY: the slots were initialised (type invariant); no program can call the
-        // kfuncs any more when the module goes, so no new work is queued.
-        unsafe { shim::rkf_stack_mm_exit() };
+        // The slots were initialised (type invariant); no program can call the kfuncs
+        // any more when the module goes, so no new work is queued.
+        rkf_h::rkf_stack_mm_exit();
     }
 }
 
 /// `READ_ONCE(sysctl_perf_event_max_stack)`.
 fn sysctl_max_stack() -> u32 {
     // SAFETY: an exported int, read once; it only changes through its sysctl handler.
-    let v = unsafe { ptr::read_volatile(&raw const shim::sysctl_perf_event_max_stack) };
+    let v = unsafe { ptr::read_volatile(&raw const rkf_h::sysctl_perf_event_max_stack) };
     v.max(0) as u32
 }
 
 /// `current->mm`, read-locked, as an address space for build-id resolution.
 struct LockedMm {
-    mm: *mut shim::MmC,
+    mm: *mut bindings::mm_struct,
     cookie: *mut c_void,
 }
 
@@ -134,7 +105,7 @@ impl LockedMm {
     fn lock() -> Option<Self> {
         let mut cookie = ptr::null_mut();
         // SAFETY: `cookie` is a valid place for the shim to write.
-        let mm = unsafe { shim::rkf_stack_mm_lock(&mut cookie) };
+        let mm = unsafe { rkf_h::rkf_stack_mm_lock(&mut cookie) };
         // Not `then_some()`: that would build, and so drop (unlock), a `LockedMm` for a
         // NULL mm.
         if mm.is_null() {
@@ -148,14 +119,14 @@ impl LockedMm {
 impl Drop for LockedMm {
     fn drop(&mut self) {
         // SAFETY: `mm` and `cookie` come from a successful `rkf_stack_mm_lock()`.
-        unsafe { shim::rkf_stack_mm_unlock(self.mm, self.cookie) };
+        unsafe { rkf_h::rkf_stack_mm_unlock(self.mm, self.cookie) };
     }
 }
 
 impl AddressSpace for LockedMm {
     fn find_vma(&mut self, ip: u64) -> Option<Vma> {
         // SAFETY: `self.mm` is read-locked, as find_vma() requires.
-        let vma = unsafe { bindings::find_vma(self.mm.cast(), ip as usize) };
+        let vma = unsafe { bindings::find_vma(self.mm, ip as usize) };
         if vma.is_null() {
             return None;
         }
@@ -186,17 +157,7 @@ impl AddressSpace for LockedMm {
     }
 }
 
-/// `struct rkf_stack_plan` of c-shim/rkf.h.
-#[repr(C)]
-pub(crate) struct StackPlanC {
-    user: bool,
-    build_id: bool,
-    skip: u32,
-    max_depth: u32,
-    elem_size: u32,
-}
-
-/// The checks of `__bpf_get_stack()`, before the walk: fills `plan`, or zeroes the buffer
+/// The checks of `__bpf_get_stack()`, before the walk: fills `walk`, or zeroes the buffer
 /// and returns `-errno`.
 ///
 /// Called by the kfunc entry points of the shim, which the verifier has checked: `buf` is
@@ -204,17 +165,17 @@ pub(crate) struct StackPlanC {
 /// frame (so that this function is not on the stack the unwinder walks) and hands the
 /// result to [`rkf_stack_finish()`].
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_plan(
+pub(crate) extern "C" fn rkf_stack_prepare(
     buf: *mut c_void,
     size: u32,
     flags: u64,
-    plan: *mut StackPlanC,
+    walk: *mut rkf_h::rkf_stack_walk,
 ) -> c_long {
     match stack_core::plan(flags, size, sysctl_max_stack()) {
         Ok(req) => {
-            // SAFETY: `plan` is the shim's local, valid for writes.
+            // SAFETY: `walk` is the shim's local, valid for writes.
             unsafe {
-                plan.write(StackPlanC {
+                walk.write(rkf_h::rkf_stack_walk {
                     user: req.user,
                     build_id: req.build_id,
                     skip: req.skip,
@@ -236,28 +197,28 @@ pub(crate) extern "C" fn rkf_stack_plan(
 /// The end of `__bpf_get_stack()`, after the walk stored `nr` entries (or failed with
 /// `-errno`): build ids, the return value and the zeroed tail.
 ///
-/// `buf` and `size` are those of [`rkf_stack_plan()`], `plan` what it filled; the shim
-/// stored no more entries than the plan allows (`max_depth - skip`, which fit in `size`).
+/// `buf` and `size` are those of [`rkf_stack_prepare()`], `walk` what it filled; the shim
+/// stored no more entries than the walk allows (`max_depth - skip`, which fit in `size`).
 #[no_mangle]
 pub(crate) extern "C" fn rkf_stack_finish(
     buf: *mut c_void,
     size: u32,
-    plan: *const StackPlanC,
+    walk: *const rkf_h::rkf_stack_walk,
     nr: c_long,
 ) -> c_long {
-    // SAFETY: as in `rkf_stack_plan()`.
+    // SAFETY: as in `rkf_stack_prepare()`.
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     if nr < 0 {
         bytes.fill(0);
         return nr;
     }
-    // SAFETY: `plan` is the shim's local, filled by `rkf_stack_plan()`.
-    let plan = unsafe { &*plan };
+    // SAFETY: `walk` is the shim's local, filled by `rkf_stack_prepare()`.
+    let walk = unsafe { &*walk };
     let n = nr as u32;
-    if plan.build_id {
+    if walk.build_id {
         resolve_build_ids(bytes, n);
     }
-    stack_core::finalize(bytes, n, plan.elem_size) as c_long
+    stack_core::finalize(bytes, n, walk.elem_size) as c_long
 }
 
 /// `bpf_get_stack_pe()` for an event that samples callchains: copies from the sample's
@@ -272,7 +233,7 @@ pub(crate) extern "C" fn rkf_stack_get_sampled(
     size: u32,
     flags: u64,
 ) -> c_long {
-    // SAFETY: as in `rkf_stack_plan()`.
+    // SAFETY: as in `rkf_stack_prepare()`.
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     // SAFETY: the sample's callchain holds `nr` entries and lives as long as the sample,
     // which outlives the program run that calls this.
@@ -308,3 +269,19 @@ fn resolve_build_ids(bytes: &mut [u8], n: u32) {
         None => stack_core::fall_back_to_ips(bytes, n as usize),
     }
 }
+
+// The definitions above have the prototypes c-shim/rkf.h declares.
+const _: () = {
+    let _ = [
+        rkf_h::rkf_stack_prepare as unsafe extern "C" fn(_, _, _, _) -> _,
+        rkf_stack_prepare,
+    ];
+    let _ = [
+        rkf_h::rkf_stack_finish as unsafe extern "C" fn(_, _, _, _) -> _,
+        rkf_stack_finish,
+    ];
+    let _ = [
+        rkf_h::rkf_stack_get_sampled as unsafe extern "C" fn(_, _, _, _, _) -> _,
+        rkf_stack_get_sampled,
+    ];
+};

@@ -20,7 +20,7 @@
 //! leave; ret; int3
 //! ```
 //!
-//! `run` is `rkf_multi_run_fentry()` (c-shim/rkf_multi_shim.c): the recursion guard, run
+//! `run` is `rkf_multi_run_prog()` (c-shim/rkf_multi_run.c): the recursion guard, run
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
 //! lives in kernel data, not in the code.  Like a BPF trampoline, the code restores the
 //! argument registers BTF says the function takes.  It saves at least those, and as many
@@ -28,7 +28,8 @@
 //! verified against six u64, and read the registers as they came, as through the shared
 //! trampoline, never stale stack.
 
-/// The frame, as in c-shim/rkf_multi_tramp.S: `ctx[0]` is at `rbp - 56`.
+/// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
+/// `ctx[0]` is at `rbp - 56`.
 pub const CTX: i8 = -56;
 /// `ctx[-1]`, the argument count.
 pub const NR_ARGS: i8 = -64;
@@ -47,9 +48,12 @@ const ARG_REGS: [(u8, bool); 6] = [
     (1, true),
 ];
 
+/// The argument registers a trampoline saves and restores at most.
+pub const MAX_ARGS: u32 = ARG_REGS.len() as u32;
+
 /// One trampoline to generate.
 #[derive(Clone, Copy, Debug)]
-pub struct Tramp<'a> {
+pub struct Spec<'a> {
     /// The function's argument count (`bpf_get_func_arg_cnt()`), the registers restored.
     pub nr_args: u32,
     /// The argument registers saved to ctx: at least `nr_args`, at most six.
@@ -58,7 +62,7 @@ pub struct Tramp<'a> {
     pub addr: u64,
     /// The address of each program's slot, in the order they run.
     pub slots: &'a [u64],
-    /// The address of `rkf_multi_run_fentry()`.
+    /// The address of `rkf_multi_run_prog()`.
     pub run: u64,
 }
 
@@ -128,7 +132,7 @@ fn rel32(next: u64, target: u64) -> Option<u32> {
 
 /// Writes trampoline `t` into `buf`, which will be executed at address `at` (`buf` is
 /// `len(t.nr_args, t.saved, t.slots.len())` bytes).  Nothing is written on error.
-pub fn emit(buf: &mut [u8], at: u64, t: &Tramp<'_>) -> Result<(), EmitError> {
+pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let (n, saved) = (t.nr_args as usize, t.saved as usize);
     if saved > ARG_REGS.len() || n > saved || t.slots.is_empty() {
         return Err(EmitError::BadShape);

@@ -64,7 +64,7 @@ fn expected(nr_args: usize, saved: usize, addr: u64, slots: &[u64]) -> Vec<Strin
     e
 }
 
-fn check(at: u64, t: &Tramp<'_>) {
+fn check(at: u64, t: &Spec<'_>) {
     let n = len(t.nr_args, t.saved, t.slots.len() as u32);
     let mut buf = vec![0u8; n];
     emit(&mut buf, at, t).unwrap();
@@ -83,8 +83,8 @@ fn check(at: u64, t: &Tramp<'_>) {
     assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
 }
 
-fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Tramp<'_> {
-    Tramp {
+fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'_> {
+    Spec {
         nr_args,
         saved,
         addr,
@@ -117,7 +117,7 @@ fn every_arg_count() {
 fn refusals() {
     let slots = [0xffff_8880_0123_4000];
     let mut buf = vec![0u8; len(1, 1, 1)];
-    let bad = |buf: &mut [u8], t: &Tramp<'_>| {
+    let bad = |buf: &mut [u8], t: &Spec<'_>| {
         let before = buf.to_vec();
         let e = emit(buf, 0xffff_ff00_0000_0000, t);
         assert_eq!(buf, &before[..], "written on error");

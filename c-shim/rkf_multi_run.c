@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_multi's hot path: what programs are verified against, and what the trampolines
+ * call to run them.  It must be C: bpf_prog_run(), the run context and the recursion
+ * guard are inline, and the template needs BTF.  The table it reads is built and owned
+ * by Rust (rust/multi/table.rs), which publishes it here.
+ */
+
+#include <linux/bpf.h>
+#include <linux/filter.h>
+#include <linux/hash.h>
+#include <linux/rcupdate.h>
+#include <linux/wait_bit.h>
+
+#include "rkf.h"
+
+/* ctx[i] is at rbp + RKF_MULTI_FRAME_CTX + 8 * i: the slots the C below indexes. */
+static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
+static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
+static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARGS);
+#define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[6] */
+
+/**
+ * rkf_multi_tmpl6() - what rkf_multi programs are loaded against
+ * @a0: the first argument of the traced function, as a u64
+ * @a1: the second
+ * @a2: the third
+ * @a3: the fourth
+ * @a4: the fifth
+ * @a5: the sixth
+ *
+ * SEC("fentry/rkf_multi_tmpl6") or SEC("fexit/rkf_multi_tmpl6"): the program reads the
+ * traced function's arguments as six u64 (and, in fexit, its return value) through ctx,
+ * which is the trampoline's frame.  Never called, never traced.
+ *
+ * Return: 0.
+ */
+noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	barrier();
+	return 0;
+}
+
+/* The traced functions; NULL when there are none.  Written under the registry's lock. */
+static const struct rkf_multi_table __rcu *rkf_multi_table;
+
+/* Shared-trampoline fexit calls in flight: its frame is on their stacks until they return. */
+static atomic_long_t rkf_multi_fexit_frames = ATOMIC_LONG_INIT(0);
+static bool rkf_multi_exiting;
+
+/*
+ * rkf_core::multi::lookup(), which the host tests check against a linear search.  The
+ * index always has an empty bucket (rkf_core::multi::index_bits()); the probes are
+ * bounded all the same.
+ */
+static __always_inline const struct rkf_multi_func *
+rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long ret_ip)
+{
+	u32 mask, b, pos, n;
+
+	if (!t)
+		return NULL;
+	mask = (1U << t->bits) - 1;
+	b = hash_64_generic(ret_ip, t->bits);
+	for (n = 0; n <= mask; n++, b = (b + 1) & mask) {
+		pos = t->index[b];
+		if (!pos)
+			return NULL;
+		if (t->funcs[pos - 1].ret_ip == ret_ip)
+			return &t->funcs[pos - 1];
+	}
+	return NULL;
+}
+
+/* The index is built in Rust with the 64-bit generic hash_64(). */
+static_assert(BITS_PER_LONG == 64);
+
+/* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
+static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->cookie };
+	struct bpf_prog *prog = p->prog;
+
+	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
+	if (likely(bpf_prog_get_recursion_context(prog))) {
+		bpf_prog_run(prog, ctx);
+		atomic64_inc(&p->stats->hits);
+	} else {
+		atomic64_inc(&p->stats->misses);
+	}
+	bpf_prog_put_recursion_context(prog);
+	bpf_reset_run_ctx(run_ctx.saved_run_ctx);
+}
+
+/**
+ * rkf_multi_shared_fentry() - the shared trampoline's call on function entry
+ * @ctx:    the frame: ctx[0..5] the argument registers, ctx[6] the return value slot,
+ *          ctx[-1] the argument count and ctx[-2] the function's address (set here)
+ * @ret_ip: the return address into the traced function
+ *
+ * Runs the fentry programs of the function in attach order.
+ *
+ * Return: 1 if the trampoline must call the function and come back for fexit programs
+ * (a frame is then in flight until rkf_multi_shared_fexit()), 0 otherwise.
+ */
+notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
+{
+	const struct rkf_multi_table *t;
+	const struct rkf_multi_func *f;
+	u64 fexit = 0;
+	u32 i;
+
+	rcu_read_lock_dont_migrate();
+	/* Once: the function and its programs must come from the same table. */
+	t = rcu_dereference(rkf_multi_table);
+	f = rkf_multi_lookup(t, ret_ip);
+	if (f) {
+		const struct rkf_multi_prog *p = &t->progs[f->first];
+
+		ctx[-1] = f->nr_args;
+		ctx[-2] = f->addr;
+		for (i = 0; i < f->nr_fentry; i++)
+			rkf_multi_run(&p[i], ctx);
+		if (f->nr_progs > f->nr_fentry) {
+			atomic_long_inc(&rkf_multi_fexit_frames);
+			fexit = 1;
+		}
+	}
+	rcu_read_unlock_migrate();
+	return fexit;
+}
+
+/**
+ * rkf_multi_shared_fexit() - the shared trampoline's call after the function returned
+ * @ctx:    as for rkf_multi_shared_fentry(); ctx[6] holds the return value
+ * @ret_ip: as for rkf_multi_shared_fentry()
+ *
+ * Runs the fexit programs the function has now (a link detached meanwhile runs no more).
+ */
+notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
+{
+	const struct rkf_multi_table *t;
+	const struct rkf_multi_func *f;
+	u32 i;
+
+	/* bpf_get_func_ret() reads the slot after the last argument. */
+	ctx[ctx[-1] & 0xff] = ctx[RKF_MULTI_CTX_RET];
+	rcu_read_lock_dont_migrate();
+	t = rcu_dereference(rkf_multi_table);
+	f = rkf_multi_lookup(t, ret_ip);
+	if (f) {
+		const struct rkf_multi_prog *p = &t->progs[f->first];
+
+		for (i = f->nr_fentry; i < f->nr_progs; i++)
+			rkf_multi_run(&p[i], ctx);
+	}
+	rcu_read_unlock_migrate();
+	/*
+	 * Only the module's unloading waits, and then nothing is traced any more:
+	 * wake_up_var() calls functions a link could trace, which would recurse through here.
+	 */
+	if (atomic_long_dec_and_test(&rkf_multi_fexit_frames) && READ_ONCE(rkf_multi_exiting))
+		wake_up_var(&rkf_multi_fexit_frames);
+}
+
+/**
+ * rkf_multi_run_prog() - run one fentry program, for a generated trampoline
+ * @p:   the program, its cookie and counters: a slot of the trampoline's image
+ * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry()
+ *
+ * The generated trampolines (rkf_core::tramp) call this once per program, as a BPF
+ * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().
+ */
+notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	rcu_read_lock_dont_migrate();
+	rkf_multi_run(p, ctx);
+	rcu_read_unlock_migrate();
+}
+
+/**
+ * rkf_multi_publish() - make @table the one the shared trampoline reads
+ * @table: the new table, or NULL
+ *
+ * The caller serialises publications and frees the old table only after
+ * rkf_multi_sync().
+ *
+ * Return: the table it replaces.
+ */
+const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table)
+{
+	return unrcu_pointer(xchg(&rkf_multi_table, RCU_INITIALIZER(table)));
+}
+
+/**
+ * rkf_multi_wait_fexit_frames() - wait until no shared-trampoline frame is in flight
+ *
+ * For the module's unloading.  With no function hooked any more, no new call enters the
+ * trampoline after synchronize_rcu_tasks() (which also covers tasks preempted inside
+ * it); tasks still inside a traced function return through it, and are waited for.
+ */
+void rkf_multi_wait_fexit_frames(void)
+{
+	WRITE_ONCE(rkf_multi_exiting, true);
+	/* Orders the flag before the count read by wait_var_event(). */
+	smp_mb();
+	synchronize_rcu_tasks();
+	wait_var_event(&rkf_multi_fexit_frames, !atomic_long_read(&rkf_multi_fexit_frames));
+}

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_multi in ftrace: its one direct `ftrace_ops`, the sites of functions, and the
+//! batched updates that hook, move and unhook them.
+//!
+//! An operation turns the routes of the published table (each traced function's site and
+//! the trampoline it calls) into those of the next; [`Updates`] is the difference,
+//! computed by `rkf_core::multi::plan_updates()`, and each kind is one call of
+//! `update_ftrace_direct_add()`, `_mod()` or `_del()` for every site it names (export
+//! patch 0002/0003).
+
+use kernel::{alloc::KVVec, bindings, error::to_result, prelude::*, types::Opaque};
+
+use super::shared;
+use crate::multi_table::{self, Route, Update};
+
+/// The ftrace site of the function at `addr`, if ftrace can hook it.
+pub(crate) fn site_of(addr: u64) -> Option<u64> {
+    // SAFETY: any address may be asked about.
+    let site = unsafe { bindings::ftrace_location(addr as usize) };
+    (site != 0).then_some(site as u64)
+}
+
+/// Whether another direct trampoline than rkf_multi's (an in-kernel BPF trampoline, for
+/// example) owns `site`; for a site no link of rkf_multi holds.
+pub(crate) fn site_is_taken(site: u64) -> bool {
+    // SAFETY: any site may be asked about; the answer is a trampoline address or 0.
+    unsafe { bindings::ftrace_find_rec_direct(site as usize) != 0 }
+}
+
+/// rkf_multi's direct `ftrace_ops`: `update_ftrace_direct_add()` registers it with its
+/// first site, `update_ftrace_direct_del()` unregisters it with its last.
+///
+/// # Invariants
+///
+/// `ops` is zeroed or in ftrace's hands; while its filter has sites, ftrace calls the
+/// trampolines they were given, so the ops outlives every link (the module state drops
+/// it last).
+#[pin_data(PinnedDrop)]
+pub(crate) struct FtraceOps {
+    #[pin]
+    ops: Opaque<bindings::ftrace_ops>,
+}
+
+// SAFETY: ftrace serialises every use of the ops (its `direct_mutex`); the registry's
+// lock serialises rkf_multi's.
+unsafe impl Sync for FtraceOps {}
+// SAFETY: the ops is not tied to a task.
+unsafe impl Send for FtraceOps {}
+
+impl FtraceOps {
+    /// A zeroed ops, as `update_ftrace_direct_add()` wants one to register.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        // INVARIANT: zeroed.
+        pin_init!(Self {
+            ops <- Opaque::zeroed(),
+        })
+    }
+
+    /// Applies `op` to `sites`, each with its trampoline in `tramps`, in one ftrace
+    /// update.  All or nothing: on failure no site changed.  A site that moves never
+    /// misses a call: ftrace calls through its list function while trampolines change.
+    /// `update_ftrace_direct_del()` checks each site's current trampoline,
+    /// `update_ftrace_direct_mod()` does not (and skips sites that are not direct calls).
+    ///
+    /// Fails with `EINVAL` when a site to hook has another direct trampoline (or, to
+    /// unhook, is not rkf_multi's with that trampoline), or `ENOMEM`.
+    fn apply(&self, op: Update, (sites, tramps): &(KVVec<u64>, KVVec<u64>)) -> Result {
+        if sites.is_empty() {
+            return Ok(());
+        }
+        let hash = Hash::new()?;
+        for (&site, &tramp) in sites.iter().zip(tramps.iter()) {
+            hash.add(site, shared::address_of(tramp))?;
+        }
+        let ops = self.ops.get();
+        // SAFETY: `ops` is ours (type invariant) and `hash` a valid hash; ftrace copies
+        // what it keeps of the hash.
+        to_result(unsafe {
+            match op {
+                Update::Hook => bindings::update_ftrace_direct_add(ops, hash.0),
+                Update::Move => bindings::update_ftrace_direct_mod(ops, hash.0, true),
+                Update::Unhook => bindings::update_ftrace_direct_del(ops, hash.0),
+            }
+        })
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for FtraceOps {
+    fn drop(self: Pin<&mut Self>) {
+        // No site is left: the last unhook unregistered the ops.  Free what ftrace kept
+        // of its filters (it warns if the ops were still registered).
+        // SAFETY: the ops is ours (type invariant), and no link uses it any more.
+        unsafe { bindings::ftrace_free_filter(self.ops.get()) };
+    }
+}
+
+/// An ftrace hash of (site, trampoline) entries.
+///
+/// # Invariants
+///
+/// `.0` is a hash from `alloc_ftrace_hash()` that this object owns.
+struct Hash(*mut bindings::ftrace_hash);
+
+impl Hash {
+    fn new() -> Result<Self> {
+        // SAFETY: no preconditions beyond a valid size.
+        let h = unsafe { bindings::alloc_ftrace_hash(bindings::FTRACE_HASH_DEFAULT_BITS as i32) };
+        if h.is_null() {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: allocated above.
+        Ok(Self(h))
+    }
+
+    fn add(&self, site: u64, tramp: u64) -> Result {
+        // SAFETY: the hash is ours (type invariant).
+        let e = unsafe {
+            bindings::add_ftrace_hash_entry_direct(self.0, site as usize, tramp as usize)
+        };
+        if e.is_null() {
+            return Err(ENOMEM);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Hash {
+    fn drop(&mut self) {
+        // SAFETY: the hash is ours (type invariant).
+        unsafe { bindings::free_ftrace_hash(self.0) };
+    }
+}
+
+/// The ftrace updates of an operation: the sites to hook, move and unhook, each with its
+/// trampoline (0: the shared one), and whether a generated trampoline retires.
+pub(crate) struct Updates {
+    hook: (KVVec<u64>, KVVec<u64>),
+    moves: (KVVec<u64>, KVVec<u64>),
+    unhook: (KVVec<u64>, KVVec<u64>),
+    /// A generated trampoline of the old routes stops being called: it must outlive every
+    /// task that may still run it.
+    pub(crate) retired: bool,
+}
+
+impl Updates {
+    /// The updates from the routes `old` to the routes `new` (both sorted by site).
+    pub(crate) fn between(
+        old: impl Iterator<Item = Route>,
+        new: impl Iterator<Item = Route>,
+    ) -> Result<Self> {
+        let mut u = Updates {
+            hook: (KVVec::new(), KVVec::new()),
+            moves: (KVVec::new(), KVVec::new()),
+            unhook: (KVVec::new(), KVVec::new()),
+            retired: false,
+        };
+        let mut failed = false;
+        u.retired = multi_table::plan_updates(old, new, |kind, r| {
+            let (sites, tramps) = match kind {
+                Update::Hook => &mut u.hook,
+                Update::Move => &mut u.moves,
+                Update::Unhook => &mut u.unhook,
+            };
+            failed |= sites.push(r.site, GFP_KERNEL).is_err()
+                || tramps.push(r.tramp, GFP_KERNEL).is_err();
+        });
+        if failed {
+            return Err(ENOMEM);
+        }
+        Ok(u)
+    }
+
+    /// Sites to hook.
+    pub(crate) fn hooks(&self) -> usize {
+        self.hook.0.len()
+    }
+
+    /// Sites to move.
+    pub(crate) fn moves(&self) -> usize {
+        self.moves.0.len()
+    }
+
+    /// Sites to unhook.
+    pub(crate) fn unhooks(&self) -> usize {
+        self.unhook.0.len()
+    }
+
+    /// Hooks the new sites.
+    pub(crate) fn hook(&self, ops: &FtraceOps) -> Result {
+        ops.apply(Update::Hook, &self.hook)
+    }
+
+    /// Moves the sites whose trampoline changes.
+    pub(crate) fn move_sites(&self, ops: &FtraceOps) -> Result {
+        ops.apply(Update::Move, &self.moves)
+    }
+
+    /// Unhooks the sites no link holds any more.
+    pub(crate) fn unhook(&self, ops: &FtraceOps) -> Result {
+        ops.apply(Update::Unhook, &self.unhook)
+    }
+
+    /// Unhooks the sites [`Updates::hook()`] hooked, after a later step failed.
+    pub(crate) fn undo_hook(&self, ops: &FtraceOps) -> Result {
+        ops.apply(Update::Unhook, &self.hook)
+    }
+}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A link: one program on a set of functions, with a cookie and counters for each, and
+//! the modules whose functions it traces.
+
+use kernel::{
+    alloc::KVVec,
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    types::Opaque,
+};
+
+use super::{
+    refs::{ModuleRef, ProgRef},
+    request::Target,
+};
+use crate::{abi::FuncInfo, rkf_h};
+
+/// An attached link.
+pub(crate) struct Link {
+    /// Its id: ids start at 1 and grow, so older links have smaller ones.
+    pub(crate) id: u64,
+    /// The program.
+    pub(crate) prog: ProgRef,
+    /// The program's id.
+    pub(crate) prog_id: u32,
+    /// An fexit program, rather than fentry.
+    pub(crate) fexit: bool,
+    /// Sorted by site.
+    pub(crate) targets: KVVec<Target>,
+    /// The counters of each target, in the same order, which the trampolines increment:
+    /// tables point into them, so the vector is never resized.
+    pub(crate) stats: KVVec<Opaque<rkf_h::rkf_multi_stats>>,
+    /// The modules (other than rkf_multi) whose functions it traces.
+    pub(crate) modules: KVVec<ModuleRef>,
+}
+
+impl Link {
+    /// Whether the link traces the function at `site`.
+    pub(crate) fn traces(&self, site: u64) -> bool {
+        self.targets.binary_search_by_key(&site, |t| t.site).is_ok()
+    }
+
+    /// Zeroed counters for `n` targets.
+    pub(crate) fn new_stats(n: usize) -> Result<KVVec<Opaque<rkf_h::rkf_multi_stats>>> {
+        let mut stats = KVVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            stats.push(Opaque::zeroed(), GFP_KERNEL)?;
+        }
+        Ok(stats)
+    }
+
+    /// Target `i` as user space sees it: its function, cookie and counters.
+    pub(crate) fn func_info(&self, i: usize) -> FuncInfo {
+        let (t, s) = (&self.targets[i], self.stats[i].get());
+        // SAFETY: `s` points to live counters, which are only ever accessed atomically
+        // (atomic64_inc() in the trampolines, the loads here).
+        let (hits, misses) = unsafe {
+            (
+                Atomic::<i64>::from_ptr(&raw mut (*s).hits.counter).load(Relaxed),
+                Atomic::<i64>::from_ptr(&raw mut (*s).misses.counter).load(Relaxed),
+            )
+        };
+        FuncInfo {
+            addr: t.addr,
+            cookie: t.cookie,
+            hits: hits as u64,
+            misses: misses as u64,
+        }
+    }
+}

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Every link, the table built from them, and the operations that change them: attach
+//! (a request checked on its own, then against the other links, then committed) and
+//! detach.  One lock serialises them; the trampolines read only published tables.
+
+use kernel::{alloc::KVVec, prelude::*};
+
+use super::{
+    deferred::Deferred,
+    error::{AttachError, Refusal},
+    ftrace::{self, FtraceOps, Updates},
+    image,
+    link::Link,
+    refs::ModuleRef,
+    request::{self, Checked},
+    table::{self, Generation, Table},
+};
+use crate::{
+    abi::{AttachRequest, LinkInfo},
+    multi_rules::{Reason, MAX_LINKS_PER_FUNC},
+};
+
+/// Every link, and the table built from them.
+pub(crate) struct Registry {
+    /// In attach order (ids increase).
+    links: KVVec<Link>,
+    next_id: u64,
+    /// The published table.
+    table: Option<Table>,
+    gen: Generation,
+}
+
+/// What a publication replaced, freed once no cpu can read the old table (and, if it had
+/// generated trampolines that sites stopped calling, no task runs them).
+struct Garbage {
+    _table: Option<Table>,
+    _link: Option<Link>,
+}
+
+/// What attach and detach need besides the registry: ftrace, and the deferred frees.
+pub(crate) struct Services<'a> {
+    /// rkf_multi's ftrace_ops.
+    pub(crate) ops: &'a FtraceOps,
+    /// Where garbage goes.
+    pub(crate) deferred: &'a Deferred,
+}
+
+impl Services<'_> {
+    /// Frees `garbage` after its grace periods (`tasks`: generated trampolines retired).
+    fn free_later(&self, garbage: Garbage, tasks: bool) {
+        if garbage._table.is_some() || garbage._link.is_some() {
+            self.deferred.defer(garbage, tasks);
+        }
+    }
+}
+
+impl Registry {
+    /// No links; generated trampolines if this cpu can run them.
+    pub(crate) fn new() -> Self {
+        Self {
+            links: KVVec::new(),
+            next_id: 1,
+            table: None,
+            gen: Generation {
+                enabled: image::supported(),
+                images: 0,
+            },
+        }
+    }
+
+    /// Attaches a new link as `req` asks; returns its id.
+    pub(crate) fn attach(
+        &mut self,
+        s: &Services<'_>,
+        req: &AttachRequest,
+    ) -> Result<u64, AttachError> {
+        let checked = request::check(req)?;
+        self.check_against_links(&checked)?;
+        self.commit(s, checked)
+    }
+
+    /// Limits per function, against the links already there, and in the same pass the
+    /// functions no link holds yet: another direct trampoline must not own them.
+    fn check_against_links(&self, c: &Checked) -> Result<(), Refusal> {
+        for (t, i) in c.targets.iter() {
+            let mut on_site = 0u32;
+            for l in self.links.iter().filter(|l| l.traces(t.site)) {
+                if l.prog.as_ptr() == c.prog.prog.as_ptr() {
+                    return Err(Refusal::new(*i as usize, Reason::SameProgram));
+                }
+                on_site += 1;
+            }
+            if on_site >= MAX_LINKS_PER_FUNC {
+                return Err(Refusal::new(*i as usize, Reason::TooManyLinks));
+            }
+            if on_site == 0 && ftrace::site_is_taken(t.site) {
+                return Err(Refusal::new(*i as usize, Reason::Busy));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the link of `c`, builds the next table, hooks the new functions, moves those
+    /// whose trampoline changes, and publishes: a failure leaves nothing behind.
+    fn commit(&mut self, s: &Services<'_>, c: Checked) -> Result<u64, AttachError> {
+        let n = c.targets.len();
+        let mut targets = KVVec::with_capacity(n, GFP_KERNEL)?;
+        for (t, _) in c.targets.iter() {
+            targets.push(*t, GFP_KERNEL)?;
+        }
+        let id = self.next_id;
+        self.links.push(
+            Link {
+                id,
+                prog: c.prog.prog,
+                prog_id: c.prog.id,
+                fexit: c.prog.fexit,
+                targets,
+                stats: Link::new_stats(n)?,
+                modules: c.modules,
+            },
+            GFP_KERNEL,
+        )?;
+        let (table, updates) = match self.next_table() {
+            Ok(tu) => tu,
+            Err(e) => {
+                // Unpublished: the link was never visible, its program ref goes with it.
+                drop(self.links.pop());
+                return Err(e.into());
+            }
+        };
+        // Hook first, and move the functions whose trampoline changes (the shared
+        // trampoline finds them in the old table, with their old programs), then publish:
+        // functions shared with other links never miss a call.  Attaching unhooks nothing.
+        if let Err(e) = updates.hook(s.ops) {
+            // Nothing was hooked; still, ftrace may have published the new sites'
+            // trampolines to its list function for a moment: free them (and the link,
+            // whose program and counters they name) only once no task can be running them.
+            let garbage = Garbage {
+                _table: table,
+                _link: self.links.pop(),
+            };
+            s.free_later(garbage, true);
+            // -EINVAL from update_ftrace_direct_add(): a site gained another direct
+            // trampoline since it was checked.
+            return Err(if e == EINVAL { EBUSY } else { e }.into());
+        }
+        if let Err(e) = updates.move_sites(s.ops) {
+            // The new functions ran the new table's trampolines for a while: those, and
+            // the link whose program and counters they name, go once no task runs them.
+            let garbage = Garbage {
+                _table: table,
+                _link: self.links.pop(),
+            };
+            if let Err(u) = updates.undo_hook(s.ops) {
+                pr_err!(
+                    "unhooking {} functions after a failed attach: {:?}; they stay hooked\n",
+                    updates.hooks(),
+                    u
+                );
+                keep_loaded_forever(garbage, KVVec::new());
+            } else {
+                s.free_later(garbage, true);
+            }
+            return Err(e.into());
+        }
+        self.next_id += 1;
+        let garbage = self.publish(table, None);
+        s.free_later(garbage, updates.retired);
+        Ok(id)
+    }
+
+    /// Detaches link `id`.
+    pub(crate) fn detach(&mut self, s: &Services<'_>, id: u64) {
+        let Some(pos) = self.links.iter().position(|l| l.id == id) else {
+            return;
+        };
+        let Ok(mut link) = self.links.remove(pos) else {
+            return;
+        };
+        // The traced modules stay until their functions are unhooked, below.
+        let modules = core::mem::replace(&mut link.modules, KVVec::new());
+        let (table, updates) = match self.next_table() {
+            Ok(tu) => tu,
+            Err(_) => {
+                pr_err!("out of memory detaching link {}: it stays attached\n", id);
+                // Put it back where it was.
+                link.modules = modules;
+                let _ = self.links.insert_within_capacity(pos, link);
+                return;
+            }
+        };
+        // Publish first: once no table names them, the functions the shared trampoline
+        // serves run the link's program no more.  Then move and unhook the others; the
+        // old table and the link (its program and counters) go once no cpu reads that
+        // table and no task runs a trampoline it had.
+        let garbage = self.publish(table, Some(link));
+        let moved = updates.move_sites(s.ops);
+        let unhooked = updates.unhook(s.ops);
+        if moved.is_err() || unhooked.is_err() {
+            pr_err!(
+                "detaching link {}: moving {} functions: {:?}, unhooking {}: {:?}; they stay on their trampolines, with the link's program, and rkf_multi and their modules stay loaded\n",
+                id,
+                updates.moves(),
+                moved,
+                updates.unhooks(),
+                unhooked
+            );
+            keep_loaded_forever(garbage, modules);
+            return;
+        }
+        s.free_later(garbage, updates.retired);
+        drop(modules);
+    }
+
+    /// The table of the links as they are now, and the ftrace updates from the published
+    /// table to it.
+    fn next_table(&mut self) -> Result<(Option<Table>, Updates)> {
+        let table = Table::build(&self.links, self.table.as_ref(), &mut self.gen)?;
+        let updates = Updates::between(
+            self.table.iter().flat_map(|t| t.routes()),
+            table.iter().flat_map(|t| t.routes()),
+        )?;
+        Ok((table, updates))
+    }
+
+    /// Makes `new` the table the trampolines read; returns what it replaced, with `gone`,
+    /// to be freed after its grace periods.
+    fn publish(&mut self, new: Option<Table>, gone: Option<Link>) -> Garbage {
+        table::publish(new.as_ref());
+        Garbage {
+            _table: core::mem::replace(&mut self.table, new),
+            _link: gone,
+        }
+    }
+
+    /// Fills `info` for link `info.id` (or `own`, the file's link, if it is 0), and
+    /// returns the link, for its functions to be copied out.
+    pub(crate) fn info(&self, own: u64, info: &mut LinkInfo) -> Result<&Link> {
+        // Links are in id order.
+        let l = if info.id == 0 {
+            self.links.iter().find(|l| l.id == own)
+        } else {
+            self.links.iter().find(|l| l.id >= info.id)
+        }
+        .ok_or(ENOENT)?;
+        info.id = l.id;
+        info.prog_id = l.prog_id;
+        info.fexit = l.fexit.into();
+        info.cnt = l.targets.len() as u32;
+        info.next_id = self
+            .links
+            .iter()
+            .map(|o| o.id)
+            .find(|&i| i > l.id)
+            .unwrap_or(0);
+        Ok(l)
+    }
+}
+
+/// Keeps rkf_multi, `garbage` and `modules` forever, after an ftrace update that failed
+/// to take sites off trampolines that run their programs and code: the module's text,
+/// the programs and the traced modules must stay for as long as those sites call them.
+fn keep_loaded_forever(garbage: Garbage, modules: KVVec<ModuleRef>) {
+    // SAFETY: this module is alive (its code is running); the reference is never put.
+    unsafe {
+        kernel::bindings::__module_get(kernel::module::this_module::<crate::RkfMulti>().as_ptr())
+    };
+    core::mem::forget(garbage);
+    core::mem::forget(modules);
+}

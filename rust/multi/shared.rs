@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The shared trampoline (c-shim/rkf_multi_tramp.S): the one that serves every function
+//! without a generated trampoline of its own, and the frames it leaves in flight.
+
+use crate::rkf_h;
+
+/// The trampoline of a route: 0 names the shared one.
+pub(crate) fn address_of(tramp: u64) -> u64 {
+    match tramp {
+        0 => rkf_h::rkf_multi_tramp as *const () as usize as u64,
+        t => t,
+    }
+}
+
+/// The shared trampoline's fexit frames: a task inside a traced function whose fexit
+/// programs wait returns through the trampoline's text, however long it sleeps there.
+/// Dropping this waits for every such frame, for the module's text to go after it.
+///
+/// The module state drops it after the device and the registry: no site calls the
+/// trampoline any more then, and no new frame can start.
+pub(crate) struct FexitFrames {
+    _private: (),
+}
+
+impl FexitFrames {
+    /// The frames of the shared trampoline.
+    pub(crate) fn new() -> Self {
+        Self { _private: () }
+    }
+}
+
+impl Drop for FexitFrames {
+    fn drop(&mut self) {
+        rkf_h::rkf_multi_wait_fexit_frames();
+    }
+}
