@@ -87,8 +87,8 @@ extern const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set;
 
 struct mm_struct *rkf_stack_mm_lock(void **cookie);
 void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);
-__rkf_safe void rkf_stack_mm_init(void);
-__rkf_safe void rkf_stack_mm_exit(void);
+void rkf_stack_mm_init(void);
+__rkf_safe void rkf_stack_mm_drain(void);
 
 /**
  * struct rkf_stack_walk - what to walk, as the flags and size of one call ask
@@ -114,8 +114,10 @@ long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flag
 /*
  * Exported by scripts/kernel/patches/0001 and declared by linux/perf_event.h, but not in
  * the kernel crate's bindings: get_callchain_buffers(), put_callchain_buffers(),
- * sysctl_perf_event_max_stack.
+ * sysctl_perf_event_max_stack.  Taking a reference (or failing to) needs nothing of the
+ * caller.
  */
+__rkf_safe int get_callchain_buffers(int max_stack);
 
 /* ---- rkf_multi ------------------------------------------------------------------- */
 

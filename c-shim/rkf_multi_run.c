@@ -46,7 +46,7 @@ static const struct rkf_multi_table __rcu *rkf_multi_table;
 
 /* Shared-trampoline fexit calls in flight: its frame is on their stacks until they return. */
 static atomic_long_t rkf_multi_fexit_frames = ATOMIC_LONG_INIT(0);
-static bool rkf_multi_exiting;
+static bool rkf_multi_unloading;
 
 /*
  * rkf_core::multi::lookup(), which the host tests check against a linear search.  The
@@ -159,7 +159,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 	 * Only the module's unloading waits, and then nothing is traced any more:
 	 * wake_up_var() calls functions a link could trace, which would recurse through here.
 	 */
-	if (atomic_long_dec_and_test(&rkf_multi_fexit_frames) && READ_ONCE(rkf_multi_exiting))
+	if (atomic_long_dec_and_test(&rkf_multi_fexit_frames) && READ_ONCE(rkf_multi_unloading))
 		wake_up_var(&rkf_multi_fexit_frames);
 }
 
@@ -201,7 +201,7 @@ const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *ta
  */
 void rkf_multi_wait_fexit_frames(void)
 {
-	WRITE_ONCE(rkf_multi_exiting, true);
+	WRITE_ONCE(rkf_multi_unloading, true);
 	/* Orders the flag before the count read by wait_var_event(). */
 	smp_mb();
 	synchronize_rcu_tasks();

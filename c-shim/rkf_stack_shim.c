@@ -290,8 +290,8 @@ void rkf_stack_mm_init(void)
 			      rkf_do_mmap_read_unlock);
 }
 
-/** rkf_stack_mm_exit() - wait for deferred unlocks before the module goes */
-void rkf_stack_mm_exit(void)
+/** rkf_stack_mm_drain() - wait for deferred unlocks before the module goes */
+void rkf_stack_mm_drain(void)
 {
 	int cpu;
 

@@ -46,9 +46,8 @@ impl CallchainBuffers {
     /// Takes the reference, sized for the current `kernel.perf_event_max_stack`.
     pub(crate) fn get() -> Result<Self> {
         let max = sysctl_max_stack();
-        // SAFETY: no preconditions; `max` is the sysctl's own value, so this does not
-        // fail with EOVERFLOW.
-        kernel::error::to_result(unsafe { rkf_h::get_callchain_buffers(max as i32) })
+        // `max` is the sysctl's own value, so this does not fail with EOVERFLOW.
+        kernel::error::to_result(rkf_h::get_callchain_buffers(max as i32))
             .inspect_err(|e| pr_err!("cannot get the perf callchain buffers: {:?}\n", e))?;
         // INVARIANT: the reference was just taken.
         Ok(Self { _private: () })
@@ -74,7 +73,9 @@ pub(crate) struct MmUnlockWork {
 impl MmUnlockWork {
     /// Sets up the slots.
     pub(crate) fn new() -> Self {
-        rkf_h::rkf_stack_mm_init();
+        // SAFETY: called once, at module init, before any kfunc can run: no slot is in
+        // use while it is initialised.
+        unsafe { rkf_h::rkf_stack_mm_init() };
         // INVARIANT: just initialised.
         Self { _private: () }
     }
@@ -84,7 +85,7 @@ impl Drop for MmUnlockWork {
     fn drop(&mut self) {
         // The slots were initialised (type invariant); no program can call the kfuncs
         // any more when the module goes, so no new work is queued.
-        rkf_h::rkf_stack_mm_exit();
+        rkf_h::rkf_stack_mm_drain();
     }
 }
 

@@ -6,7 +6,7 @@
 use kernel::{bindings::*, ffi};
 
 unsafe extern "C" {
-    pub fn get_callchain_buffers(max_stack: ffi::c_int) -> ffi::c_int;
+    pub safe fn get_callchain_buffers(max_stack: ffi::c_int) -> ffi::c_int;
 }
 unsafe extern "C" {
     pub fn put_callchain_buffers();
@@ -27,10 +27,10 @@ unsafe extern "C" {
     pub fn rkf_stack_mm_unlock(mm: *mut mm_struct, cookie: *mut ffi::c_void);
 }
 unsafe extern "C" {
-    pub safe fn rkf_stack_mm_init();
+    pub fn rkf_stack_mm_init();
 }
 unsafe extern "C" {
-    pub safe fn rkf_stack_mm_exit();
+    pub safe fn rkf_stack_mm_drain();
 }
 #[repr(C)]
 pub struct rkf_stack_walk {

@@ -105,7 +105,8 @@ struct Hash(*mut bindings::ftrace_hash);
 
 impl Hash {
     fn new() -> Result<Self> {
-        // SAFETY: no preconditions beyond a valid size.
+        // SAFETY: alloc_ftrace_hash() only allocates, and FTRACE_HASH_DEFAULT_BITS is a
+        // size it takes.
         let h = unsafe { bindings::alloc_ftrace_hash(bindings::FTRACE_HASH_DEFAULT_BITS as i32) };
         if h.is_null() {
             return Err(ENOMEM);
