@@ -299,11 +299,11 @@ u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);
 bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod);
-__rkf_safe bool rkf_multi_ibt_enabled(void);
 
 /* c-shim/rkf_multi_image.c: generated trampolines in BPF text. */
 struct rkf_multi_image;
-__rkf_safe bool rkf_multi_images_supported(void);
+__rkf_safe unsigned long rkf_multi_return_thunk(void);
+u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip);
 struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code);
 int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf);
 void rkf_multi_image_free(struct rkf_multi_image *im);

@@ -10,7 +10,6 @@
 #include <linux/btf.h>
 #include <linux/kallsyms.h>
 #include <linux/module.h>
-#include <asm/cpufeature.h>
 
 #include "rkf.h"
 
@@ -175,10 +174,4 @@ bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mo
 		return within_module(addr, mod);
 	/* sprint_symbol() appends " [module]" to the symbols of modules. */
 	return !strchr(buf + len, '[') || within_module(addr, THIS_MODULE);
-}
-
-/** rkf_multi_ibt_enabled() - whether IBT is on, which the fexit call cannot work with */
-bool rkf_multi_ibt_enabled(void)
-{
-	return IS_ENABLED(CONFIG_X86_KERNEL_IBT) && cpu_feature_enabled(X86_FEATURE_IBT);
 }

@@ -10,7 +10,9 @@
 #include <linux/filter.h>
 #include <linux/rculist.h>
 #include <linux/slab.h>
+#include <asm/alternative.h>
 #include <asm/cpufeature.h>
+#include <asm/nospec-branch.h>
 
 #include "rkf.h"
 
@@ -29,18 +31,42 @@ struct rkf_multi_image {
 };
 
 /**
- * rkf_multi_images_supported() - whether generated trampolines can run here
+ * rkf_multi_return_thunk() - what generated code returns through
  *
- * The generated code returns with a plain ret and calls directly; with return thunks or
- * call depth tracking it would need their thunks, so rkf_multi then uses its shared
- * trampoline for every function.
+ * As emit_return() of arch/x86/net/bpf_jit_comp.c: where the cpu wants return thunks
+ * (cpu_wants_rethunk()), a jmp to the active one; otherwise a plain ret.
  *
- * Return: true if they can.
+ * Return: the address of x86_return_thunk, or 0 for a plain ret.
  */
-bool rkf_multi_images_supported(void)
+unsigned long rkf_multi_return_thunk(void)
 {
-	return !cpu_feature_enabled(X86_FEATURE_RETHUNK) &&
-	       !cpu_feature_enabled(X86_FEATURE_CALL_DEPTH);
+	if (IS_ENABLED(CONFIG_MITIGATION_RETHUNK) && cpu_feature_enabled(X86_FEATURE_RETHUNK))
+		return (unsigned long)x86_return_thunk;
+	return 0;
+}
+
+/**
+ * rkf_multi_call_depth_account() - the call depth accounting before a call in generated code
+ * @buf:  where to write it
+ * @room: the bytes @buf has
+ * @ip:   where @buf will run
+ *
+ * What x86_call_depth_emit_accounting() writes before each call of a BPF trampoline
+ * (nothing where call depth tracking is off), relocated for @ip.
+ *
+ * Return: its length, or 0 if there is none or it does not fit in @room.
+ */
+u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip)
+{
+	/* INCREMENT_CALL_DEPTH: one or two instructions (asm/nospec-branch.h). */
+	u8 insn[64];
+	u8 *p = insn;
+	int len = x86_call_depth_emit_accounting(&p, NULL, (void *)ip);
+
+	if (len <= 0 || len > room)
+		return 0;
+	memcpy(buf, insn, len);
+	return len;
 }
 
 /**

@@ -10,11 +10,24 @@
  * function (its site + 5), by which rkf_multi_shared_fentry() finds it.
  *
  * Every argument register is restored as it came, whatever BTF says the function takes.
- * fexit calls the rest of the function indirectly: with IBT the target would need an
- * ENDBR, so the config fragment turns IBT off (README).
+ *
+ * Nothing here branches indirectly, so it is safe under IBT.  It is entered by a direct
+ * call from the ftrace site (or by ftrace_regs_caller's ret into it) and needs no ENDBR,
+ * as the BPF JIT's direct-call trampolines have none.  For fexit it runs the rest of the
+ * function the way ftrace's return_to_handler returns to an address it only has in a
+ * register (arch/x86/kernel/ftrace_64.S): a direct call to rkf_multi_call_r11() pushes
+ * the return address into this trampoline, and a push and ret there go to the function;
+ * an indirect call would need an ENDBR in the function body, which it has not.  Where
+ * call depth tracking is on, the trampoline accounts for the call that entered it, as
+ * the JIT does; the call to rkf_multi_call_r11() is accounted by its call thunk, like
+ * every direct call of a module, and the ret into the function is not a return from a
+ * counted call, so it is a plain ret there, as return_to_handler's.  Every other return
+ * goes through RET: the return thunk where the cpu wants one.
  */
 
 #include <linux/linkage.h>
+#include <linux/objtool.h>
+#include <asm/alternative.h>
 #include <asm/nospec-branch.h>
 #include <asm/unwind_hints.h>
 
@@ -26,6 +39,8 @@
 	.section .text, "ax"
 
 SYM_FUNC_START(rkf_multi_tramp)
+	ANNOTATE_NOENDBR
+	CALL_DEPTH_ACCOUNT
 	pushq	%rbp
 	movq	%rsp, %rbp
 	subq	$RKF_MULTI_FRAME_SIZE, %rsp
@@ -56,7 +71,7 @@ SYM_FUNC_START(rkf_multi_tramp)
 .Lrkf_multi_fexit:
 	/* Run the rest of the function, then the fexit programs. */
 	movq	8(%rbp), %r11
-	CALL_NOSPEC r11
+	call	rkf_multi_call_r11
 	movq	%rax, RKF_MULTI_FRAME_RET(%rbp)
 	leaq	CTX(0), %rdi
 	movq	8(%rbp), %rsi
@@ -68,3 +83,15 @@ SYM_FUNC_START(rkf_multi_tramp)
 	UNWIND_HINT_FUNC
 	RET
 SYM_FUNC_END(rkf_multi_tramp)
+
+/*
+ * Calls the code at r11, for a caller that cannot call it indirectly: [rsp] is the
+ * return address into the caller, as if r11 had been called.
+ */
+SYM_FUNC_START_LOCAL(rkf_multi_call_r11)
+	pushq	%r11
+	UNWIND_HINT_FUNC
+	ALTERNATIVE __stringify(RET), \
+		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
+		    X86_FEATURE_CALL_DEPTH
+SYM_FUNC_END(rkf_multi_call_r11)

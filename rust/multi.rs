@@ -27,10 +27,6 @@
 //! - the links, and attach and detach, in [`registry`];
 //! - `/dev/rkf_multi`, in [`device`].
 
-use kernel::prelude::*;
-
-use crate::rkf_h;
-
 pub(crate) mod deferred;
 pub(crate) mod device;
 mod error;
@@ -42,13 +38,3 @@ pub(crate) mod registry;
 mod request;
 pub(crate) mod shared;
 mod table;
-
-/// Fails, saying why, where rkf_multi cannot work: with IBT on, the shared trampoline's
-/// fexit call into the function would fault.
-pub(crate) fn check_cpu() -> Result {
-    if rkf_h::rkf_multi_ibt_enabled() {
-        pr_err!("IBT is enabled: the trampoline's fexit call would fault; boot with ibt=off or build without CONFIG_X86_KERNEL_IBT\n");
-        return Err(ENODEV);
-    }
-    Ok(())
-}

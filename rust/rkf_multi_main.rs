@@ -2,7 +2,9 @@
 
 //! rkf_multi: one fentry or fexit BPF program on many kernel functions, through ftrace-direct
 //! trampolines (generated per function for fentry programs, one shared for fexit) with
-//! batched, all-or-nothing updates.
+//! batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
+//! ENDBR, so it runs under IBT; generated code carries the return thunk and call depth
+//! accounting the cpu wants, as the BPF JIT's does.
 //!
 //! Programs are loaded as TRACING fentry/fexit programs against `rkf_multi_tmpl6()`, a
 //! function of this module's BTF taking six u64, so they read the traced function's
@@ -109,10 +111,7 @@ impl kernel::InPlaceModule for RkfMulti {
             // Initialised in reverse: everything the device's files reach exists before
             // the device does.
             ops <- FtraceOps::new(),
-            deferred: {
-                multi::check_cpu()?;
-                Deferred::new()?
-            },
+            deferred: Deferred::new()?,
             fexit_frames: FexitFrames::new(),
             registry <- new_mutex!(Registry::new()),
             dev <- MiscDeviceRegistration::register(MiscDeviceOptions {

@@ -125,16 +125,16 @@ unsafe extern "C" {
         mod_: *mut module,
     ) -> bool_;
 }
-unsafe extern "C" {
-    pub safe fn rkf_multi_ibt_enabled() -> bool_;
-}
 #[repr(C)]
 #[derive(Debug)]
 pub struct rkf_multi_image {
     _unused: [u8; 0],
 }
 unsafe extern "C" {
-    pub safe fn rkf_multi_images_supported() -> bool_;
+    pub safe fn rkf_multi_return_thunk() -> ffi::c_ulong;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_call_depth_account(buf: *mut u8_, room: u32_, ip: ffi::c_ulong) -> u32_;
 }
 unsafe extern "C" {
     pub fn rkf_multi_image_alloc(

@@ -7,7 +7,10 @@ use core::ptr;
 
 use kernel::{alloc::KVVec, prelude::*, sync::Arc};
 
-use crate::{rkf_h, tramp_core};
+use crate::{
+    rkf_h,
+    tramp_core::{self, CallDepth, Mitigations},
+};
 
 /// The trampoline a traced function's site calls.
 #[derive(Clone)]
@@ -77,14 +80,39 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) progs: &'a [rkf_h::rkf_multi_prog],
 }
 
-/// Whether generated trampolines can run on this cpu.
-pub(crate) fn supported() -> bool {
-    rkf_h::rkf_multi_images_supported()
+/// What this cpu wants of generated code, as the BPF JIT emits it here: call depth
+/// accounting where call depth tracking is on, and the return thunk where the cpu wants
+/// one.
+pub(crate) fn mitigations() -> Mitigations {
+    let mut scratch = [0u8; 64];
+    // SAFETY: `scratch` has room for the bytes it says.
+    let len = unsafe {
+        rkf_h::rkf_multi_call_depth_account(scratch.as_mut_ptr(), scratch.len() as u32, 0)
+    } as usize;
+    let thunk = rkf_h::rkf_multi_return_thunk();
+    Mitigations {
+        call_depth: (len > 0).then_some(CallDepth { len, emit: account }),
+        return_thunk: (thunk != 0).then_some(thunk as u64),
+    }
+}
+
+/// Writes the kernel's call depth accounting for code at `ip` into `out`.
+fn account(ip: u64, out: &mut [u8]) -> bool {
+    // SAFETY: `out` has room for the bytes it says.
+    let n = unsafe {
+        rkf_h::rkf_multi_call_depth_account(out.as_mut_ptr(), out.len() as u32, ip as usize)
+    };
+    n as usize == out.len()
 }
 
 /// Generates, in one new image named `rkf_multi_fentry_<seq>`, the trampolines of
-/// `funcs`: returns the image and the address of each function's trampoline.
-pub(crate) fn generate(seq: u64, funcs: &[FuncCode<'_>]) -> Result<(Arc<Image>, KVVec<usize>)> {
+/// `funcs` for a cpu that wants `m`: returns the image and the address of each
+/// function's trampoline.
+pub(crate) fn generate(
+    seq: u64,
+    funcs: &[FuncCode<'_>],
+    m: &Mitigations,
+) -> Result<(Arc<Image>, KVVec<usize>)> {
     // Per function: its offset in the code, the registers to save and its length.
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots) = (0usize, 0usize);
@@ -95,7 +123,7 @@ pub(crate) fn generate(seq: u64, funcs: &[FuncCode<'_>]) -> Result<(Arc<Image>, 
             saved = saved.max(unsafe { rkf_h::rkf_multi_prog_ctx_args(p.prog) });
         }
         size = tramp_core::align(size);
-        let len = tramp_core::len(f.nr_args, saved, f.progs.len() as u32);
+        let len = tramp_core::len(f.nr_args, saved, f.progs.len() as u32, m);
         layout.push((size, saved, len), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
@@ -145,6 +173,7 @@ pub(crate) fn generate(seq: u64, funcs: &[FuncCode<'_>]) -> Result<(Arc<Image>, 
             addr: f.addr,
             slots: &slot_addrs,
             run,
+            mitigations: *m,
         };
         tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &spec).map_err(|_| ERANGE)?;
     }

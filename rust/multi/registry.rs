@@ -56,14 +56,14 @@ impl Services<'_> {
 }
 
 impl Registry {
-    /// No links; generated trampolines if this cpu can run them.
+    /// No links; generated trampolines carry what this cpu wants.
     pub(crate) fn new() -> Self {
         Self {
             links: KVVec::new(),
             next_id: 1,
             table: None,
             gen: Generation {
-                enabled: image::supported(),
+                mitigations: image::mitigations(),
                 images: 0,
             },
         }

@@ -16,17 +16,18 @@ use super::{
 use crate::{
     multi_table::{self as rules, Group, Route, Slot},
     rkf_h,
+    tramp_core::Mitigations,
 };
 
 /// `MCOUNT_INSN_SIZE`: the return address into a traced function is its site plus the
 /// call.
 const MCOUNT_INSN_SIZE: u64 = 5;
 
-/// How tables get generated trampolines: whether they can run here, and how many images
-/// were generated so far, to name the next.
+/// How tables get generated trampolines: what the cpu wants of their code, and how many
+/// images were generated so far, to name the next.
 pub(crate) struct Generation {
-    /// Functions with fentry programs only get generated trampolines.
-    pub(crate) enabled: bool,
+    /// The mitigations the code carries.
+    pub(crate) mitigations: Mitigations,
     /// Images generated so far.
     pub(crate) images: u64,
 }
@@ -56,8 +57,8 @@ fn progs_of<'a>(
 
 impl Table {
     /// Builds the table of `links`, or `None` if there is nothing to trace.  Functions
-    /// with fentry programs only (if `gen.enabled`) keep their trampoline from `old` if
-    /// their programs did not change, or get a new one, generated in one image.
+    /// with fentry programs only keep their trampoline from `old` if their programs did
+    /// not change, or get a new one, generated in one image.
     pub(crate) fn build(
         links: &[Link],
         old: Option<&Table>,
@@ -208,8 +209,8 @@ fn trampolines(
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions with fentry programs only get their own trampoline, where it can run.
-    let own = |f: &rkf_h::rkf_multi_func| gen.enabled && f.nr_fentry == f.nr_progs;
+    // Functions with fentry programs only get their own trampoline.
+    let own = |f: &rkf_h::rkf_multi_func| f.nr_fentry == f.nr_progs;
     for f in funcs {
         let cand = if own(f) {
             old.and_then(|o| o.reusable(f, progs_of(progs, f)))
@@ -258,7 +259,7 @@ fn trampolines(
                 GFP_KERNEL,
             )?;
         }
-        match image::generate(gen.images, &code) {
+        match image::generate(gen.images, &code, &gen.mitigations) {
             Ok((image, addrs)) => {
                 for (&i, &addr) in fresh.iter().zip(addrs.iter()) {
                     tramps[i as usize] = Trampoline::Generated {

@@ -10,15 +10,25 @@
 //! with its argument count, its address and its programs built in:
 //!
 //! ```text
+//! [account]                                     call depth tracking: the entry's call
 //! push rbp; mov rbp, rsp; sub rsp, 80           the shared trampoline's frame
 //! mov [rbp-56+8*i], <arg i>   (i < saved)       ctx[i]
 //! mov qword [rbp-64], nr_args                   ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-72], rax           ctx[-2]: bpf_get_func_ip()
 //! for each program:
-//!     movabs rdi, &slot; lea rsi, [rbp-56]; call run    run(slot, ctx)
+//!     movabs rdi, &slot; lea rsi, [rbp-56]
+//!     [account]; call run                       run(slot, ctx)
 //! mov <arg i>, [rbp-56+8*i]   (i < nr_args)
-//! leave; ret; int3
+//! leave; ret; int3            or  leave; jmp <return thunk>
 //! ```
+//!
+//! It carries what the JIT emits on cpus with mitigations ([`Mitigations`]): call depth
+//! accounting (`x86_call_depth_emit_accounting()`) for the call that entered it and
+//! before each call it makes, and a `jmp` to the return thunk (`x86_return_thunk`)
+//! instead of `ret` where the cpu wants return thunks.  Every branch in it is direct, to
+//! a target it names: it is entered by a direct call from the traced function's ftrace
+//! site (or by ftrace's `ret` into it), so it needs no ENDBR under IBT, as the JIT's
+//! direct-call trampolines have none.
 //!
 //! `run` is `rkf_multi_run_prog()` (c-shim/rkf_multi_run.c): the recursion guard, run
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
@@ -51,6 +61,40 @@ const ARG_REGS: [(u8, bool); 6] = [
 /// The argument registers a trampoline saves and restores at most.
 pub const MAX_ARGS: u32 = ARG_REGS.len() as u32;
 
+/// Call depth accounting, as `x86_call_depth_emit_accounting()` writes it before a call.
+#[derive(Clone, Copy, Debug)]
+pub struct CallDepth {
+    /// Its length, the same at every address.
+    pub len: usize,
+    /// Writes it into `out` (`len` bytes), for code that will run at `ip`; false if it
+    /// could not.
+    pub emit: fn(ip: u64, out: &mut [u8]) -> bool,
+}
+
+/// What the cpu wants of generated code, as the BPF JIT emits it there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mitigations {
+    /// Call depth tracking is on: account for each call.
+    pub call_depth: Option<CallDepth>,
+    /// The cpu wants return thunks: return through `jmp` to this one.
+    pub return_thunk: Option<u64>,
+}
+
+impl Mitigations {
+    fn account_len(&self) -> usize {
+        self.call_depth.map_or(0, |c| c.len)
+    }
+
+    fn return_len(&self) -> usize {
+        // jmp rel32, or ret; int3.
+        if self.return_thunk.is_some() {
+            5
+        } else {
+            2
+        }
+    }
+}
+
 /// One trampoline to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Spec<'a> {
@@ -64,6 +108,8 @@ pub struct Spec<'a> {
     pub slots: &'a [u64],
     /// The address of `rkf_multi_run_prog()`.
     pub run: u64,
+    /// What the cpu wants of the code.
+    pub mitigations: Mitigations,
 }
 
 /// Why a trampoline cannot be generated.
@@ -73,8 +119,11 @@ pub enum EmitError {
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
-    /// `run` is out of reach of a rel32 call from the code.
+    /// `run` or the return thunk is out of reach of a rel32 branch from the code.
     TooFar,
+    /// The call depth accounting could not be written (the buffer then holds part of a
+    /// trampoline, to be discarded).
+    Accounting,
 }
 
 /// Where trampolines start in an image: ftrace takes bit 0 of a direct trampoline's
@@ -88,11 +137,14 @@ pub fn align(off: usize) -> usize {
 }
 
 /// Bytes of the code of a trampoline that saves `saved` and restores `nr_args` argument
-/// registers and runs `nr_progs` programs.
-pub fn len(nr_args: u32, saved: u32, nr_progs: u32) -> usize {
-    // prologue 1+3+4, stores 4 each, count 8, address 10+4, per program 10+4+5,
-    // loads 4 each, leave, ret, int3.
-    8 + 4 * saved as usize + 8 + 14 + 19 * nr_progs as usize + 4 * nr_args as usize + 3
+/// registers and runs `nr_progs` programs, on a cpu that wants `m`.
+pub fn len(nr_args: u32, saved: u32, nr_progs: u32, m: &Mitigations) -> usize {
+    // accounting, prologue 1+3+4, stores 4 each, count 8, address 10+4, per program
+    // 10+4 + accounting + 5, loads 4 each, leave, the return.
+    let a = m.account_len();
+    a + 8 + 4 * saved as usize + 8 + 14 + (19 + a) * nr_progs as usize + 4 * nr_args as usize
+        + 1
+        + m.return_len()
 }
 
 /// A cursor over the output.
@@ -131,22 +183,40 @@ fn rel32(next: u64, target: u64) -> Option<u32> {
 }
 
 /// Writes trampoline `t` into `buf`, which will be executed at address `at` (`buf` is
-/// `len(t.nr_args, t.saved, t.slots.len())` bytes).  Nothing is written on error.
+/// `len(t.nr_args, t.saved, t.slots.len(), &t.mitigations)` bytes).  Nothing is written
+/// on error, but for [`EmitError::Accounting`].
 pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
-    let (n, saved) = (t.nr_args as usize, t.saved as usize);
+    let (n, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
     if saved > ARG_REGS.len() || n > saved || t.slots.is_empty() {
         return Err(EmitError::BadShape);
     }
-    if buf.len() != len(t.nr_args, t.saved, t.slots.len() as u32) {
+    let total = len(t.nr_args, t.saved, t.slots.len() as u32, m);
+    if buf.len() != total {
         return Err(EmitError::BadBuffer);
     }
-    // The calls end at these offsets: check the first and the last reach before writing.
-    let first_call_end = 8 + 4 * saved + 8 + 14 + 19;
-    let last_call_end = first_call_end + 19 * (t.slots.len() - 1);
+    // The branches end at these offsets: check that the first and the last call, and the
+    // return thunk's jump, reach before writing.
+    let a = m.account_len();
+    let first_call_end = a + 8 + 4 * saved + 8 + 14 + 14 + a + 5;
+    let last_call_end = first_call_end + (19 + a) * (t.slots.len() - 1);
     for end in [first_call_end, last_call_end] {
         rel32(at.wrapping_add(end as u64), t.run).ok_or(EmitError::TooFar)?;
     }
+    if let Some(thunk) = m.return_thunk {
+        rel32(at.wrapping_add(total as u64), thunk).ok_or(EmitError::TooFar)?;
+    }
     let mut o = Out { buf, pos: 0 };
+    let account = |o: &mut Out<'_>| -> Result<(), EmitError> {
+        if let Some(c) = m.call_depth {
+            if !(c.emit)(at.wrapping_add(o.pos as u64), &mut o.buf[o.pos..o.pos + c.len]) {
+                return Err(EmitError::Accounting);
+            }
+            o.pos += c.len;
+        }
+        Ok(())
+    };
+    // The call that entered the trampoline: ftrace's site calls it directly.
+    account(&mut o)?;
     // push rbp; mov rbp, rsp; sub rsp, FRAME
     o.bytes(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, FRAME]);
     for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
@@ -163,7 +233,9 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         // movabs rdi, slot; lea rsi, [rbp+CTX]; call run
         o.bytes(&[0x48, 0xbf]);
         o.u64(slot);
-        o.bytes(&[0x48, 0x8d, 0x75, CTX as u8, 0xe8]);
+        o.bytes(&[0x48, 0x8d, 0x75, CTX as u8]);
+        account(&mut o)?;
+        o.bytes(&[0xe8]);
         let next = at.wrapping_add(o.pos as u64 + 4);
         // Checked above: every call lies between the first and the last.
         o.u32(rel32(next, t.run).ok_or(EmitError::TooFar)?);
@@ -171,8 +243,18 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
         o.rbp_mov(reg, CTX + 8 * i as i8, false);
     }
-    // leave; ret; int3
-    o.bytes(&[0xc9, 0xc3, 0xcc]);
+    // leave
+    o.bytes(&[0xc9]);
+    match m.return_thunk {
+        // jmp thunk (checked above)
+        Some(thunk) => {
+            o.bytes(&[0xe9]);
+            let next = at.wrapping_add(o.pos as u64 + 4);
+            o.u32(rel32(next, thunk).ok_or(EmitError::TooFar)?);
+        }
+        // ret; int3
+        None => o.bytes(&[0xc3, 0xcc]),
+    }
     debug_assert_eq!(o.pos, o.buf.len());
     Ok(())
 }
