@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use rkf::skeleton;
 
 use crate::{
     check, check_eq, diag,
@@ -124,7 +124,8 @@ fn pinned_by_program() -> Result<()> {
     rkf::modules::require(MODULE)?;
     {
         let mut obj = MaybeUninit::uninit();
-        let _skel = PercpuSkelBuilder::default().open(&mut obj)?.load()?;
+        let _skel =
+            skeleton::load::<PercpuSkelBuilder>(&mut obj, "percpu.bpf.c", skeleton::as_built)?;
         rmmod_refused(MODULE, "a program uses its kfuncs")?;
     }
     // The program is gone (its fd closed); the module goes once the kernel frees it.

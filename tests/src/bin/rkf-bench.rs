@@ -11,10 +11,8 @@ use std::mem::MaybeUninit;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
-use libbpf_rs::{
-    skel::{OpenSkel, Skel, SkelBuilder},
-    ProgramInput,
-};
+use libbpf_rs::ProgramInput;
+use rkf::skeleton;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]
@@ -165,14 +163,18 @@ fn stack_bench(rounds: usize) -> Result<()> {
     rkf::modules::require("rkf_stack")?;
     rkf::modules::require("rkf_testmod")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = BenchStackSkelBuilder::default().open(&mut obj)?;
-    open.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_tgid = std::process::id();
-    let mut skel = open.load().context("loading bench_stack.bpf.c")?;
-    skel.attach().context("attaching bench_stack.bpf.c")?;
+    let mut skel = skeleton::load_and_attach::<BenchStackSkelBuilder>(
+        &mut obj,
+        "bench_stack.bpf.c",
+        |open| {
+            open.maps
+                .bss_data
+                .as_deref_mut()
+                .context("no .bss")?
+                .target_tgid = std::process::id();
+            Ok(())
+        },
+    )?;
 
     // The frames below rkf_testmod_recurse() (syscall entry, test_run, the programs).
     let base = frames_at(&mut skel, 0)?;
@@ -243,11 +245,15 @@ mod multi {
     };
 
     use anyhow::{bail, Context, Result};
-    use libbpf_rs::{
-        libbpf_sys as sys,
-        skel::{OpenSkel, SkelBuilder},
+    use libbpf_rs::libbpf_sys as sys;
+    use nix::{
+        sys::resource::{setrlimit, Resource},
+        unistd::getpgid,
     };
-    use rkf::multi::{self, Func, Link};
+    use rkf::{
+        multi::{self, Func, Link},
+        skeleton,
+    };
 
     use crate::skel::bench_multi::BenchMultiSkelBuilder;
 
@@ -392,8 +398,8 @@ mod multi {
         std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
         for _ in 0..CALLS {
-            // SAFETY: a plain syscall.
-            unsafe { libc::syscall(libc::SYS_getpgid, 0) };
+            // The result is known: this process's group.
+            let _ = getpgid(None);
         }
         t.elapsed()
     }
@@ -401,22 +407,13 @@ mod multi {
     pub(super) fn bench() -> Result<()> {
         rkf::modules::require("rkf_multi")?;
         // 1,000 single fentry links are 2,000 fds (programs and links).
-        let lim = libc::rlimit {
-            rlim_cur: 8192,
-            rlim_max: 8192,
-        };
-        // SAFETY: a valid rlimit.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            bail!(
-                "setrlimit(RLIMIT_NOFILE, 8192): {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        setrlimit(Resource::RLIMIT_NOFILE, 8192, 8192).context("setrlimit(RLIMIT_NOFILE, 8192)")?;
         let mut obj = MaybeUninit::uninit();
-        let skel = BenchMultiSkelBuilder::default()
-            .open(&mut obj)?
-            .load()
-            .context("loading bench_multi.bpf.c")?;
+        let skel = skeleton::load::<BenchMultiSkelBuilder>(
+            &mut obj,
+            "bench_multi.bpf.c",
+            skeleton::as_built,
+        )?;
 
         // Every function both rkf and the kernel's links can take.
         let pool = multi::resolve(&["*"])?;
