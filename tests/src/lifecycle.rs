@@ -259,6 +259,11 @@ fn multi_rmmod_in_flight() -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
 
+    use nix::{
+        sys::time::TimeSpec,
+        time::{clock_nanosleep, ClockId, ClockNanosleepFlags},
+    };
+
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     let sleeper = {
@@ -271,12 +276,12 @@ fn multi_rmmod_in_flight() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Enters hrtimer_nanosleep() through the trampoline, fexit pending, for 3 s.
         let sleeper = std::thread::spawn(|| {
-            let ts = libc::timespec {
-                tv_sec: 3,
-                tv_nsec: 0,
-            };
-            // SAFETY: a valid timespec.
-            let r = unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            // What nanosleep(2) does in glibc: one clock_nanosleep(CLOCK_REALTIME).
+            let r = clock_nanosleep(
+                ClockId::CLOCK_REALTIME,
+                ClockNanosleepFlags::empty(),
+                &TimeSpec::new(3, 0),
+            );
             (r, Instant::now())
         });
         let stop = AtomicBool::new(false);
@@ -317,7 +322,11 @@ fn multi_rmmod_in_flight() -> Result<()> {
         "rkf_multi unloaded {:?} after the sleeper came back through the trampoline",
         unloaded.saturating_duration_since(woke)
     );
-    check_eq!(r, 0, "nanosleep() through the trampoline returned");
+    check_eq!(
+        r,
+        Ok(TimeSpec::new(0, 0)),
+        "clock_nanosleep() through the trampoline: result and time left"
+    );
     check!(
         unloaded >= woke,
         "rmmod finished before the in-flight fexit frame returned"

@@ -351,15 +351,12 @@ mod multi {
         Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
     }
 
-    fn kb_free() -> u64 {
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find(|l| l.starts_with("MemFree:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0)
+    /// `MemFree` of /proc/meminfo, in bytes.
+    fn bytes_free() -> Result<u64> {
+        use procfs::Current;
+        Ok(procfs::Meminfo::current()
+            .context("reading /proc/meminfo")?
+            .mem_free)
     }
 
     /// Attach time, detach time and memory per function of one method on `funcs`.
@@ -370,18 +367,18 @@ mod multi {
     }
 
     fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
-        let free0 = kb_free();
+        let free0 = bytes_free()?;
         let t0 = Instant::now();
         let held = attach()?;
         let attach = t0.elapsed();
-        let free1 = kb_free();
+        let free1 = bytes_free()?;
         let t1 = Instant::now();
         drop(held);
         let detach = t1.elapsed();
         Ok(Cost {
             attach,
             detach,
-            bytes_per_func: (free0 as i64 - free1 as i64) * 1024 / n as i64,
+            bytes_per_func: (free0 as i64 - free1 as i64) / n as i64,
         })
     }
 

@@ -366,3 +366,56 @@ impl Columns {
         println!("{}", self.0.trim_fmt());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables keep the layout of the format strings they replace.
+    #[test]
+    fn tables() {
+        let mut t = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
+        t.row(["vfs_read", "766"]);
+        t.row(["vfs_open", "16"]);
+        let old = [
+            format!("{:<40} {:>12}", "FUNC", "COUNT"),
+            format!("{:<40} {:>12}", "vfs_read", 766),
+            format!("{:<40} {:>12}", "vfs_open", 16),
+        ];
+        assert_eq!(t.0.trim_fmt(), old.join("\n"));
+
+        let mut t = Columns::new(
+            2,
+            &[
+                ("CPU", Right, 5),
+                ("ADDRESS", Right, 18),
+                ("VALUE", Right, 12),
+            ],
+        );
+        t.row(["0", "0xffff88807dc26f68", "0"]);
+        t.row(["1", "0xffff88807dd26f68", "1"]);
+        let old = [
+            format!("{:>5}  {:>18}  {:>12}", "CPU", "ADDRESS", "VALUE"),
+            format!("{:>5}  {:>#18x}  {:>12}", 0, 0xffff88807dc26f68u64, 0),
+            format!("{:>5}  {:>#18x}  {:>12}", 1, 0xffff88807dd26f68u64, 1),
+        ];
+        assert_eq!(t.0.trim_fmt(), old.join("\n"));
+    }
+
+    /// A cell wider than its column widens the column, where a format string would
+    /// push the rest of its line out of line.
+    #[test]
+    fn wide_cells() {
+        let long = "a_function_name_longer_than_forty_characters_x";
+        let mut t = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
+        t.row([long, "1"]);
+        t.row(["short", "22"]);
+        let w = long.len();
+        let want = [
+            format!("{:<w$} {:>12}", "FUNC", "COUNT"),
+            format!("{long:<w$} {:>12}", 1),
+            format!("{:<w$} {:>12}", "short", 22),
+        ];
+        assert_eq!(t.0.trim_fmt(), want.join("\n"));
+    }
+}
