@@ -1144,17 +1144,17 @@ fn ioctl_fuzz() -> Result<()> {
                             let n = ids.len();
                             for k in 0..n {
                                 ids_buf[k] = match rng.u64(..8) {
-                                    0 => rng.u64(..) as u32,
-                                    1 => ids[rng.u64(..n as u64) as usize],
+                                    0 => rng.u32(..),
+                                    1 => ids[rng.usize(..n)],
                                     _ => ids[k],
                                 };
                                 addrs_buf[k] = match rng.u64(..8) {
                                     0 => rng.u64(..),
-                                    1 => addrs[rng.u64(..n as u64) as usize] + rng.u64(..16),
+                                    1 => addrs[rng.usize(..n)] + rng.u64(..16),
                                     _ => addrs[k],
                                 };
                                 btf_fds_buf[k] = match rng.u64(..4) {
-                                    0 => btf_fds[rng.u64(..btf_fds.len() as u64) as usize],
+                                    0 => btf_fds[rng.usize(..btf_fds.len())],
                                     _ => 0,
                                 };
                             }
@@ -1162,8 +1162,8 @@ fn ioctl_fuzz() -> Result<()> {
                                 0 => 0,
                                 1 => u32::MAX,
                                 2 => rkf_core::multi::MAX_FUNCS + 1,
-                                3 => n as u32 + 1 + rng.u64(..64) as u32, // past the buffers
-                                _ => 1 + rng.u64(..n as u64) as u32,
+                                3 => n as u32 + 1 + rng.u32(..64), // past the buffers
+                                _ => 1 + rng.u32(..n as u32),
                             };
                             let ptr = |valid: u64, rng: &mut fastrand::Rng| match rng.u64(..12) {
                                 0 => 0,
@@ -1171,7 +1171,7 @@ fn ioctl_fuzz() -> Result<()> {
                                 2 => u64::MAX - 7,
                                 _ => valid,
                             };
-                            let prog_fd = fds[rng.u64(..fds.len() as u64) as usize];
+                            let prog_fd = fds[rng.usize(..fds.len())];
                             let mut req = AttachRequest {
                                 prog_fd: prog_fd as u32,
                                 cnt,
@@ -1187,37 +1187,21 @@ fn ioctl_fuzz() -> Result<()> {
                                 },
                                 // Sometimes junk in `flags` and `bad_index` (which the
                                 // kernel must refuse, and overwrite), and in the rest.
-                                flags: if rng.u64(..20) == 0 {
-                                    rng.u64(..) as u32
-                                } else {
-                                    0
-                                },
-                                bad_index: if rng.u64(..20) == 0 {
-                                    rng.u64(..) as u32
-                                } else {
-                                    0
-                                },
-                                reason: if rng.u64(..40) == 0 {
-                                    rng.u64(..) as u32
-                                } else {
-                                    0
-                                },
-                                pad: if rng.u64(..40) == 0 {
-                                    rng.u64(..) as u32
-                                } else {
-                                    0
-                                },
+                                flags: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
+                                bad_index: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
+                                reason: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
+                                pad: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                             };
                             // Mostly the request as RKF_MULTI_IOC_ATTACH; sometimes a random
                             // command, or ATTACH's number with a wrong size.
                             let res = match rng.u64(..20) {
-                                0 => junk_ioctl(&file, rng.u64(..) as u32, &mut req),
+                                0 => junk_ioctl(&file, rng.u32(..), &mut req),
                                 1 => junk_ioctl(
                                     &file,
                                     nix::request_code_readwrite!(
                                         abi::IOC_TYPE,
                                         abi::IOC_NR_ATTACH,
-                                        rng.u64(..64) as usize
+                                        rng.usize(..64)
                                     ) as u32,
                                     &mut req,
                                 ),
@@ -1234,13 +1218,14 @@ fn ioctl_fuzz() -> Result<()> {
                                         rng.u64(..1 << 20)
                                     },
                                     // Room for 64 entries at most, or a bad pointer.
-                                    buf_cnt: rng.u64(..64) as u32,
+                                    buf_cnt: rng.u32(..64),
                                     funcs: ptr(info_buf.as_mut_ptr() as u64, &mut rng),
                                     ..Default::default()
                                 };
-                                // SAFETY: `funcs` is a bad pointer, which the kernel
-                                // refuses with EFAULT, or `info_buf`, which has room for
-                                // the `buf_cnt` entries the kernel may write.
+                                // SAFETY: `funcs` is `info_buf`, with room for the
+                                // `buf_cnt` entries the kernel may write, or an address no
+                                // mapping can hold (0, 0x1000, the top of the address
+                                // space), which the kernel refuses with EFAULT.
                                 let _ = unsafe { multi::ioctl::info(file.as_raw_fd(), &mut info) };
                             }
                             // Keep some links open for a while; close others' links too.
@@ -1249,7 +1234,7 @@ fn ioctl_fuzz() -> Result<()> {
                                 p.push(file);
                             }
                             if p.len() > 8 || rng.u64(..4) == 0 {
-                                let victim = rng.u64(..p.len().max(1) as u64) as usize;
+                                let victim = rng.usize(..p.len().max(1));
                                 if victim < p.len() {
                                     p.swap_remove(victim);
                                 }

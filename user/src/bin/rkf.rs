@@ -161,7 +161,10 @@ fn cmd_links(verbose: bool) -> Result<()> {
         println!("no rkf_multi links");
         return Ok(());
     }
-    let ksyms = rkf::kallsyms::Kallsyms::load().ok();
+    // Without the symbol table (no root), the functions are shown as addresses.
+    let ksyms = verbose
+        .then(rkf::kallsyms::Kallsyms::load)
+        .and_then(Result::ok);
     let mut table = Columns::new(
         1,
         &[
@@ -195,7 +198,7 @@ fn cmd_links(verbose: bool) -> Result<()> {
             hits.to_string(),
             misses.to_string(),
         ]);
-        for f in &l.funcs {
+        for f in l.funcs.iter().filter(|_| verbose) {
             let name = ksyms
                 .as_ref()
                 .and_then(|k| k.function_at(f.addr))
