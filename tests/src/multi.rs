@@ -636,9 +636,13 @@ fn coexistence() -> Result<()> {
 
 /// BPF_PROG_TEST_RUN by fd, for threads.
 pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
-    // SAFETY: a zeroed opts with its size set is a valid empty request.
-    let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of_val(&opts) as _;
+    use libbpf_rs::libbpf_sys::bpf_test_run_opts;
+
+    // An empty request: no input, one run.
+    let mut opts = bpf_test_run_opts {
+        sz: std::mem::size_of::<bpf_test_run_opts>() as _,
+        ..Default::default()
+    };
     // SAFETY: `fd` is a program fd kept open by the caller; `opts` is valid.
     let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
     if r != 0 {

@@ -102,13 +102,14 @@ impl CapCase {
 }
 
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
-    // SAFETY: all-zero is a valid instruction to fill in.
-    let mut i: sys::bpf_insn = unsafe { std::mem::zeroed() };
-    i.code = code;
+    let mut i = sys::bpf_insn {
+        code,
+        off,
+        imm,
+        ..Default::default()
+    };
     i.set_dst_reg(dst);
     i.set_src_reg(src);
-    i.off = off;
-    i.imm = imm;
     i
 }
 
@@ -169,10 +170,11 @@ impl Prog<'_> {
     fn load(&self) -> (i32, String) {
         let mut log = vec![0u8; 1 << 16];
         let fd_array = [0, self.kfunc_btf.map_or(-1, |f| f.as_raw_fd())];
-        // SAFETY: all-zero options are valid; the fields set below stay valid for the call.
-        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
-        opts.expected_attach_type = self.attach_type;
+        let mut opts = sys::bpf_prog_load_opts {
+            sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+            expected_attach_type: self.attach_type,
+            ..Default::default()
+        };
         if let Some((id, obj)) = self.attach {
             opts.attach_btf_id = id;
             opts.attach_btf_obj_fd = obj.map_or(0, |f| f.as_raw_fd() as u32);

@@ -267,15 +267,24 @@ mod multi {
     /// An empty program (`r0 = 0; exit`) of type TRACING for `attach_type`, loaded against
     /// vmlinux BTF id `btf_id` (0 for the multi attach types).
     fn empty_tracing_prog(attach_type: u32, btf_id: u32) -> Result<OwnedFd> {
-        // SAFETY: all-zero instructions and options are valid starting points.
-        let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
-        insns[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
-        insns[1].code = 0x95; // BPF_JMP | BPF_EXIT
-                              // SAFETY: as above.
-        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
-        opts.expected_attach_type = attach_type;
-        opts.attach_btf_id = btf_id;
+        let insns = [
+            // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
+            sys::bpf_insn {
+                code: 0xb7,
+                ..Default::default()
+            },
+            // BPF_JMP | BPF_EXIT
+            sys::bpf_insn {
+                code: 0x95,
+                ..Default::default()
+            },
+        ];
+        let mut opts = sys::bpf_prog_load_opts {
+            sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+            expected_attach_type: attach_type,
+            attach_btf_id: btf_id,
+            ..Default::default()
+        };
         // SAFETY: valid instructions, license and options for the duration of the call.
         let fd = unsafe {
             sys::bpf_prog_load(
