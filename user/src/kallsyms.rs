@@ -155,6 +155,11 @@ impl KernelSymbolizer {
         }
     }
 
+    /// Reads the symbols now rather than at the first lookup.
+    pub fn preload(&self) -> Result<()> {
+        self.symbolize(&[0]).map(drop)
+    }
+
     /// The function each of `addrs` is in (`None` where no symbol covers it).
     pub fn symbolize(&self, addrs: &[u64]) -> Result<Vec<Option<Frame>>> {
         let syms = self

@@ -239,6 +239,14 @@ pub fn record(opts: &Options) -> Result<Profile> {
     })?;
     let rb = rb.build()?;
 
+    // The kernel's symbols are read before sampling starts: under a slow kernel (KASAN,
+    // TCG) reading /proc/kallsyms takes seconds, during which the ring buffer would fill.
+    let mut names = Names::new();
+    names
+        .kernel_symbolizer
+        .preload()
+        .context("reading the kernel's symbols")?;
+
     let cpus = cpus::online()?;
     let mut events: Vec<(OwnedFd, Link)> = Vec::with_capacity(cpus.len());
     for &cpu in &cpus {
@@ -251,7 +259,6 @@ pub fn record(opts: &Options) -> Result<Profile> {
         events.push((fd, link));
     }
 
-    let mut names = Names::new();
     let mut profile = Profile {
         cpus: cpus.len(),
         ..Profile::default()
