@@ -59,10 +59,12 @@ impl fmt::Debug for KernelBtf {
 }
 
 impl KernelBtf {
-    /// vmlinux's BTF, from /sys/kernel/btf/vmlinux (memory-mapped, decoded on demand).
+    /// vmlinux's BTF, from /sys/kernel/btf/vmlinux (memory-mapped and decoded on demand).
     pub fn vmlinux() -> Result<Self> {
         let path = Path::new(SYSFS_BTF).join("vmlinux");
+        // Where the file cannot be mapped, it is read and decoded whole (slower).
         let btf = Btf::from_file_with_backend(&path, Backend::Mmap)
+            .or_else(|_| Btf::from_file(&path))
             .with_context(|| format!("loading vmlinux BTF ({})", path.display()))?;
         Ok(Self { btf, module: None })
     }
