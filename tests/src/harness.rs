@@ -67,14 +67,50 @@ pub fn take_libbpf_log() -> String {
     std::mem::take(&mut *LIBBPF_LOG.lock().unwrap())
 }
 
-/// Runs `tests` (those whose name contains one of the comma-separated parts of `filter`,
-/// if given) and prints KTAP.  Returns
-/// the kselftest exit code: 0 all passed, 1 some failed, 4 nothing ran.
-pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
-    let selected: Vec<&Test> = tests
+/// The tests that `filter` selects, in their order: each comma-separated part of it
+/// selects the tests whose name is the part, or starts with it (`multi_` is every rkf_multi
+/// test).  All of `tests` without a filter.  A part that selects no test is an error, so
+/// that a renamed test cannot silently drop out of a list of names.
+pub fn select<'t>(tests: &'t [Test], filter: Option<&str>) -> Result<Vec<&'t Test>, String> {
+    let Some(filter) = filter else {
+        return Ok(tests.iter().collect());
+    };
+    let parts: Vec<&str> = filter.split(',').collect();
+    let selects = |part: &str, t: &Test| t.name.starts_with(part);
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("-t {filter:?}: an empty test name"));
+    }
+    let unknown: Vec<&str> = parts
         .iter()
-        .filter(|t| filter.is_none_or(|f| f.split(',').any(|p| t.name.contains(p))))
+        .copied()
+        .filter(|&p| !tests.iter().any(|t| selects(p, t)))
         .collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "-t: no test is named, or has a name starting with, {} (--list shows the tests)",
+            unknown.join(", ")
+        ));
+    }
+    Ok(tests
+        .iter()
+        .filter(|t| parts.iter().any(|&p| selects(p, t)))
+        .collect())
+}
+
+/// Runs `tests` (those [`select()`] chooses with `filter`) and prints KTAP.  Returns the
+/// kselftest exit code: 0 all passed, 1 some failed (or the filter names no test), 4
+/// nothing ran.
+pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
+    let selected = match select(tests, filter) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("KTAP version 1");
+            println!("1..0");
+            println!("# {e}");
+            eprintln!("rkf-selftests: {e}");
+            return 1;
+        }
+    };
     println!("KTAP version 1");
     println!("1..{}", selected.len());
     let mut failed = 0;
@@ -124,5 +160,73 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
         (0, _) => 4,
         (_, 0) => 0,
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass() -> Result<()> {
+        Ok(())
+    }
+
+    const TESTS: &[Test] = &[
+        Test {
+            name: "multi_fentry_args_cookies_func_ip",
+            run: pass,
+        },
+        Test {
+            name: "multi_fexit_return_values",
+            run: pass,
+        },
+        Test {
+            name: "stack_kernel_differential",
+            run: pass,
+        },
+        Test {
+            name: "stack_deep_kernel_differential",
+            run: pass,
+        },
+    ];
+
+    fn names(filter: Option<&str>) -> Result<Vec<&'static str>, String> {
+        Ok(select(TESTS, filter)?.iter().map(|t| t.name).collect())
+    }
+
+    #[test]
+    fn exact_names_and_prefixes() {
+        assert_eq!(names(None).unwrap().len(), 4);
+        assert_eq!(
+            names(Some("stack_kernel_differential")),
+            Ok(vec!["stack_kernel_differential"])
+        );
+        assert_eq!(
+            names(Some("multi_fentry_args,stack_")),
+            Ok(vec![
+                "multi_fentry_args_cookies_func_ip",
+                "stack_kernel_differential",
+                "stack_deep_kernel_differential"
+            ])
+        );
+        // In the tests' order, each once.
+        assert_eq!(
+            names(Some("multi_fexit_return_values,multi_")),
+            Ok(vec![
+                "multi_fentry_args_cookies_func_ip",
+                "multi_fexit_return_values"
+            ])
+        );
+    }
+
+    #[test]
+    fn unknown_names_fail() {
+        // A part of a name is not a prefix of it.
+        let e = names(Some("stack_kernel_differential,differential,nope")).unwrap_err();
+        assert!(e.contains("differential, nope"), "{e}");
+        assert!(names(Some("multi_,"))
+            .unwrap_err()
+            .contains("an empty test name"));
+        assert!(names(Some("")).unwrap_err().contains("an empty test name"));
     }
 }

@@ -1,34 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Loading and unloading modules, through the syscalls insmod and rmmod use.
+//! Loading and unloading modules, through the syscalls insmod and rmmod use (nix's
+//! wrappers of them).
 
-use std::{ffi::CString, fs::File, io, os::fd::AsRawFd, path::Path, time::Duration};
+use std::{ffi::CString, fs::File, io, path::Path, time::Duration};
 
 use anyhow::{Context, Result};
+use nix::kmod::{delete_module, finit_module, DeleteModuleFlags, ModuleInitFlags};
 
 /// `finit_module(2)`: loads the module in `path`.
 pub fn insmod(path: &Path) -> io::Result<()> {
     let f = File::open(path)?;
-    let params = c"";
-    // SAFETY: a valid fd and a NUL-terminated parameter string.
-    let r = unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), params.as_ptr(), 0) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    finit_module(&f, c"", ModuleInitFlags::empty())?;
+    Ok(())
 }
 
 /// `delete_module(2)` with `O_NONBLOCK`, as rmmod does.
 pub fn rmmod(name: &str) -> io::Result<()> {
     let c = CString::new(name)?;
-    // SAFETY: a NUL-terminated name.
-    let r = unsafe { libc::syscall(libc::SYS_delete_module, c.as_ptr(), libc::O_NONBLOCK) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    delete_module(&c, DeleteModuleFlags::O_NONBLOCK)?;
+    Ok(())
 }
 
 /// Unloads `name`, retrying while it is busy for up to `timeout`: programs that held it

@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use rkf::skeleton;
 
 use crate::{
     check, check_eq, diag,
@@ -124,7 +124,8 @@ fn pinned_by_program() -> Result<()> {
     rkf::modules::require(MODULE)?;
     {
         let mut obj = MaybeUninit::uninit();
-        let _skel = PercpuSkelBuilder::default().open(&mut obj)?.load()?;
+        let _skel =
+            skeleton::load::<PercpuSkelBuilder>(&mut obj, "percpu.bpf.c", skeleton::as_built)?;
         rmmod_refused(MODULE, "a program uses its kfuncs")?;
     }
     // The program is gone (its fd closed); the module goes once the kernel frees it.
@@ -258,6 +259,11 @@ fn multi_rmmod_in_flight() -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
 
+    use nix::{
+        sys::time::TimeSpec,
+        time::{clock_nanosleep, ClockId, ClockNanosleepFlags},
+    };
+
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     let sleeper = {
@@ -270,12 +276,12 @@ fn multi_rmmod_in_flight() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Enters hrtimer_nanosleep() through the trampoline, fexit pending, for 3 s.
         let sleeper = std::thread::spawn(|| {
-            let ts = libc::timespec {
-                tv_sec: 3,
-                tv_nsec: 0,
-            };
-            // SAFETY: a valid timespec.
-            let r = unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            // What nanosleep(2) does in glibc: one clock_nanosleep(CLOCK_REALTIME).
+            let r = clock_nanosleep(
+                ClockId::CLOCK_REALTIME,
+                ClockNanosleepFlags::empty(),
+                &TimeSpec::new(3, 0),
+            );
             (r, Instant::now())
         });
         let stop = AtomicBool::new(false);
@@ -316,7 +322,11 @@ fn multi_rmmod_in_flight() -> Result<()> {
         "rkf_multi unloaded {:?} after the sleeper came back through the trampoline",
         unloaded.saturating_duration_since(woke)
     );
-    check_eq!(r, 0, "nanosleep() through the trampoline returned");
+    check_eq!(
+        r,
+        Ok(TimeSpec::new(0, 0)),
+        "clock_nanosleep() through the trampoline: result and time left"
+    );
     check!(
         unloaded >= woke,
         "rmmod finished before the in-flight fexit frame returned"

@@ -52,7 +52,9 @@ struct Args {
     /// List the tests and exit.
     #[arg(long)]
     list: bool,
-    /// Run only the tests whose name contains NAME (or one of NAME,NAME,...).
+    /// Run only the tests named NAME, or whose name starts with NAME (`multi_` is every
+    /// rkf_multi test); NAME,NAME,... for several.  A NAME that matches no test fails the
+    /// run.
     #[arg(short = 't', long = "test", value_name = "NAME")]
     test: Option<String>,
 }

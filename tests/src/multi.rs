@@ -14,22 +14,20 @@
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{
-    skel::{OpenSkel, SkelBuilder},
-    ProgramInput,
-};
+use libbpf_rs::ProgramInput;
 
 use crate::{
     check, check_eq, diag,
     harness::Test,
-    privilege::{with_caps, CAP_BPF, CAP_PERFMON},
+    privilege::CAP_CASES,
     skel::multi::{MultiSkel, MultiSkelBuilder},
 };
 use rkf::{
-    btf::RawBtf,
-    kallsyms::Kallsyms,
+    btf::KernelBtf,
+    kallsyms::{Kallsyms, KernelSymbolizer},
     modules,
     multi::{self, Func, Link},
+    skeleton,
 };
 use rkf_core::{
     abi::{self, AttachRequest},
@@ -136,12 +134,13 @@ fn load<'o>(
     funcs: &[Func],
 ) -> Result<MultiSkel<'o>> {
     modules::require("rkf_multi")?;
-    let mut open = MultiSkelBuilder::default().open(obj)?;
-    let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
-    for (i, f) in funcs.iter().enumerate() {
-        bss.ips[i] = f.addr;
-    }
-    open.load().context("loading multi.bpf.c")
+    skeleton::load::<MultiSkelBuilder>(obj, "multi.bpf.c", |open| {
+        let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
+        for (i, f) in funcs.iter().enumerate() {
+            bss.ips[i] = f.addr;
+        }
+        Ok(())
+    })
 }
 
 /// BPF_PROG_TEST_RUN of an fentry program: one call of each bpf_fentry_testN(), whose
@@ -402,13 +401,10 @@ fn generated_trampolines() -> Result<()> {
         "bpf_get_stack() in the program: {}",
         bss.stack_len
     );
-    let ks = Kallsyms::load()?;
+    let ks = KernelSymbolizer::new();
     let frames: Vec<String> = bss.stack[..bss.stack_len as usize / 8]
         .iter()
-        .map(|&a| match ks.symbolize(a) {
-            Some((s, _)) => s.name.clone(),
-            None => format!("{a:#x}"),
-        })
+        .map(|&a| ks.name(a).unwrap_or_else(|| format!("{a:#x}")))
         .collect();
     diag!("stack: {}", frames.join(" <- "));
     let at = |name: &str| frames.iter().position(|f| f == name);
@@ -468,22 +464,15 @@ fn generated_trampolines() -> Result<()> {
 
 /// A function that BTF and kallsyms know, that ftrace cannot hook (notrace).
 fn notrace_function(funcs: &[Func]) -> Result<Func> {
-    let ftrace: HashSet<String> =
-        std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
-            .or_else(|_| {
-                std::fs::read_to_string("/sys/kernel/debug/tracing/available_filter_functions")
-            })?
-            .lines()
-            .map(str::to_string)
-            .collect();
+    let ftrace = multi::ftrace_functions()?;
     let k = Kallsyms::load()?;
-    let btf = RawBtf::vmlinux()?;
+    let btf = KernelBtf::vmlinux()?;
     let known: HashSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
     for f in btf.funcs()? {
         if f.nr_params == 0
             || f.nr_params > 6
             || known.contains(f.name.as_str())
-            || ftrace.contains(&f.name)
+            || ftrace.contains_key(&f.name)
         {
             continue;
         }
@@ -647,9 +636,13 @@ fn coexistence() -> Result<()> {
 
 /// BPF_PROG_TEST_RUN by fd, for threads.
 pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
-    // SAFETY: a zeroed opts with its size set is a valid empty request.
-    let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of_val(&opts) as _;
+    use libbpf_rs::libbpf_sys::bpf_test_run_opts;
+
+    // An empty request: no input, one run.
+    let mut opts = bpf_test_run_opts {
+        sz: std::mem::size_of::<bpf_test_run_opts>() as _,
+        ..Default::default()
+    };
     // SAFETY: `fd` is a program fd kept open by the caller; `opts` is valid.
     let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
     if r != 0 {
@@ -696,12 +689,10 @@ fn storm() -> Result<()> {
             })
             .collect();
         let result = (|| -> Result<usize> {
-            let mut x: u32 = 0x2545_f491;
+            // A reproducible sequence of overlapping subsets.
+            let mut rng = fastrand::Rng::with_seed(0x2545_f491);
             for cycle in 0..CYCLES {
-                // xorshift: a reproducible sequence of overlapping subsets.
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
+                let x = rng.u32(..);
                 // Mostly the permanent functions (no ftrace update); every hundredth
                 // cycle also the others, which ftrace then hooks and unhooks.
                 let span = if cycle % 100 == 0 {
@@ -764,41 +755,23 @@ fn unprivileged() -> Result<()> {
         .write(true)
         .open(multi::DEVICE)?;
     let info_errno = || {
-        let mut info = abi::LinkInfo::default();
-        // SAFETY: RKF_MULTI_IOC_INFO on an open file, with its struct.
-        let r = unsafe {
-            libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                abi::IOC_INFO as _,
-                &mut info,
-            )
-        };
-        if r < 0 {
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-        } else {
-            0
-        }
+        multi::info_request(&file, 0, &mut [])
+            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |_| 0)
     };
-    let cases: [(&str, &[u32]); 4] = [
-        ("no capabilities", &[]),
-        ("CAP_BPF only", &[CAP_BPF]),
-        ("CAP_PERFMON only", &[CAP_PERFMON]),
-        ("CAP_BPF and CAP_PERFMON", &[CAP_BPF, CAP_PERFMON]),
-    ];
-    for (name, caps) in cases {
-        let (attach, info) = with_caps(caps, || {
+    for case in CAP_CASES {
+        let (attach, info) = case.run(|| {
             let attach = Link::attach(&prog, &funcs[..1], None).map_or_else(|e| e.errno, |_| 0);
             (attach, info_errno())
         })?;
-        let want = if caps.len() == 2 { 0 } else { libc::EPERM };
-        check_eq!(attach, want, "attach errno, {name}");
+        let want = if case.both() { 0 } else { libc::EPERM };
+        check_eq!(attach, want, "attach errno, {}", case.name);
         // The privileged file has no link: its info request is ENOENT once allowed.
-        let want = if caps.len() == 2 {
+        let want = if case.both() {
             libc::ENOENT
         } else {
             libc::EPERM
         };
-        check_eq!(info, want, "info errno on a privileged file, {name}");
+        check_eq!(info, want, "info errno on a privileged file, {}", case.name);
     }
     Ok(())
 }
@@ -821,13 +794,8 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
         btf_fds: btf_fds.as_ptr() as u64,
         ..Default::default()
     };
-    // SAFETY: RKF_MULTI_IOC_ATTACH with its struct; the arrays outlive the call.
-    let r = unsafe { libc::ioctl(file.as_raw_fd(), abi::IOC_ATTACH as _, &mut req) };
-    let errno = if r < 0 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-    } else {
-        0
-    };
+    let errno = multi::attach_request(&file, &mut req)
+        .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
     Ok((errno, req.bad_index, req.reason))
 }
 
@@ -886,10 +854,11 @@ fn module_targets() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
     let mut tobj = MaybeUninit::uninit();
-    let tm = MultiTestmodSkelBuilder::default()
-        .open(&mut tobj)?
-        .load()
-        .context("loading multi_testmod.bpf.c")?;
+    let tm = skeleton::load::<MultiTestmodSkelBuilder>(
+        &mut tobj,
+        "multi_testmod.bpf.c",
+        skeleton::as_built,
+    )?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0xc0de_0000 + i).collect();
     let fentry = attach(&skel.progs.multi_fentry, &funcs, Some(&cookies))?;
     let _fexit = attach(&skel.progs.multi_fexit, &funcs, Some(&cookies))?;
@@ -1094,35 +1063,24 @@ fn funccount_glob() -> Result<()> {
     Ok(())
 }
 
-/// xorshift64: reproducible pseudo-random numbers for the fuzz test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// The ids of every loaded BPF program.
 fn prog_ids() -> Vec<u32> {
-    let mut ids = Vec::new();
-    let mut id = 0u32;
-    loop {
-        let mut next = 0u32;
-        // SAFETY: a valid out-pointer.
-        if unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_next_id(id, &mut next) } != 0 {
-            return ids;
-        }
-        ids.push(next);
-        id = next;
+    libbpf_rs::query::ProgInfoIter::default()
+        .map(|p| p.id)
+        .collect()
+}
+
+/// A raw ioctl of `cmd` with `req`: for the commands and sizes that
+/// [`multi::ioctl`] does not define.
+fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `req` is a whole request; a wrong command or size only makes the kernel read
+    // less of it, or refuse.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, req as *mut AttachRequest) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// 100,000 random and mutated requests on both vCPUs: bad fds, wrong program types, huge
@@ -1175,13 +1133,13 @@ fn ioctl_fuzz() -> Result<()> {
                     let (fds, ids, addrs, cookies, pool, btf_fds) =
                         (&fds, &ids, &addrs, &cookies, &pool, &btf_fds);
                     s.spawn(move || -> Result<std::collections::BTreeMap<i32, u64>> {
-                        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
                         let mut seen = std::collections::BTreeMap::new();
                         // Mutable copies the requests point into, some of them mutated.
                         let mut ids_buf = ids.clone();
                         let mut addrs_buf = addrs.clone();
                         let mut btf_fds_buf = vec![0i32; ids.len()];
-                        let mut info_buf = vec![[0u64; 4]; 64];
+                        let mut info_buf = vec![multi::FuncInfo::default(); 64];
                         for i in 0..PER_THREAD {
                             let file = std::fs::OpenOptions::new()
                                 .read(true)
@@ -1189,114 +1147,98 @@ fn ioctl_fuzz() -> Result<()> {
                                 .open(multi::DEVICE)?;
                             let n = ids.len();
                             for k in 0..n {
-                                ids_buf[k] = match rng.below(8) {
-                                    0 => rng.next() as u32,
-                                    1 => ids[rng.below(n as u64) as usize],
+                                ids_buf[k] = match rng.u64(..8) {
+                                    0 => rng.u32(..),
+                                    1 => ids[rng.usize(..n)],
                                     _ => ids[k],
                                 };
-                                addrs_buf[k] = match rng.below(8) {
-                                    0 => rng.next(),
-                                    1 => addrs[rng.below(n as u64) as usize] + rng.below(16),
+                                addrs_buf[k] = match rng.u64(..8) {
+                                    0 => rng.u64(..),
+                                    1 => addrs[rng.usize(..n)] + rng.u64(..16),
                                     _ => addrs[k],
                                 };
-                                btf_fds_buf[k] = match rng.below(4) {
-                                    0 => btf_fds[rng.below(btf_fds.len() as u64) as usize],
+                                btf_fds_buf[k] = match rng.u64(..4) {
+                                    0 => btf_fds[rng.usize(..btf_fds.len())],
                                     _ => 0,
                                 };
                             }
-                            let cnt: u32 = match rng.below(10) {
+                            let cnt: u32 = match rng.u64(..10) {
                                 0 => 0,
                                 1 => u32::MAX,
                                 2 => rkf_core::multi::MAX_FUNCS + 1,
-                                3 => n as u32 + 1 + rng.below(64) as u32, // past the buffers
-                                _ => 1 + rng.below(n as u64) as u32,
+                                3 => n as u32 + 1 + rng.u32(..64), // past the buffers
+                                _ => 1 + rng.u32(..n as u32),
                             };
-                            let ptr = |valid: u64, rng: &mut Rng| match rng.below(12) {
+                            let ptr = |valid: u64, rng: &mut fastrand::Rng| match rng.u64(..12) {
                                 0 => 0,
                                 1 => 0x1000,
                                 2 => u64::MAX - 7,
                                 _ => valid,
                             };
-                            let prog_fd = fds[rng.below(fds.len() as u64) as usize];
+                            let prog_fd = fds[rng.usize(..fds.len())];
                             let mut req = AttachRequest {
                                 prog_fd: prog_fd as u32,
                                 cnt,
                                 btf_ids: ptr(ids_buf.as_ptr() as u64, &mut rng),
                                 addrs: ptr(addrs_buf.as_ptr() as u64, &mut rng),
-                                cookies: match rng.below(3) {
+                                cookies: match rng.u64(..3) {
                                     0 => 0,
                                     _ => ptr(cookies.as_ptr() as u64, &mut rng),
                                 },
-                                btf_fds: match rng.below(3) {
+                                btf_fds: match rng.u64(..3) {
                                     0 => ptr(btf_fds_buf.as_ptr() as u64, &mut rng),
                                     _ => 0,
                                 },
                                 // Sometimes junk in `flags` and `bad_index` (which the
                                 // kernel must refuse, and overwrite), and in the rest.
-                                flags: if rng.below(20) == 0 {
-                                    rng.next() as u32
-                                } else {
-                                    0
-                                },
-                                bad_index: if rng.below(20) == 0 {
-                                    rng.next() as u32
-                                } else {
-                                    0
-                                },
-                                reason: if rng.below(40) == 0 {
-                                    rng.next() as u32
-                                } else {
-                                    0
-                                },
-                                pad: if rng.below(40) == 0 {
-                                    rng.next() as u32
-                                } else {
-                                    0
-                                },
+                                flags: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
+                                bad_index: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
+                                reason: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
+                                pad: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                             };
-                            let cmd: u32 = match rng.below(20) {
-                                0 => rng.next() as u32,
-                                1 => abi::iowr(
-                                    abi::IOC_TYPE,
-                                    abi::IOC_NR_ATTACH,
-                                    rng.below(64) as usize,
+                            // Mostly the request as RKF_MULTI_IOC_ATTACH; sometimes a random
+                            // command, or ATTACH's number with a wrong size.
+                            let res = match rng.u64(..20) {
+                                0 => junk_ioctl(&file, rng.u32(..), &mut req),
+                                1 => junk_ioctl(
+                                    &file,
+                                    nix::request_code_readwrite!(
+                                        abi::IOC_TYPE,
+                                        abi::IOC_NR_ATTACH,
+                                        rng.usize(..64)
+                                    ) as u32,
+                                    &mut req,
                                 ),
-                                _ => abi::IOC_ATTACH,
+                                _ => multi::attach_request(&file, &mut req),
                             };
-                            // SAFETY: `req` is a whole request; a wrong command or size only
-                            // makes the kernel read less, or refuse.
-                            let r = unsafe { libc::ioctl(file.as_raw_fd(), cmd as _, &mut req) };
-                            let code = if r < 0 {
-                                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-                            } else {
-                                0
-                            };
+                            let code = res.map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
-                            if rng.below(4) == 0 {
+                            if rng.u64(..4) == 0 {
                                 let mut info = abi::LinkInfo {
-                                    id: if rng.below(2) == 0 {
+                                    id: if rng.u64(..2) == 0 {
                                         0
                                     } else {
-                                        rng.below(1 << 20)
+                                        rng.u64(..1 << 20)
                                     },
                                     // Room for 64 entries at most, or a bad pointer.
-                                    buf_cnt: rng.below(64) as u32,
+                                    buf_cnt: rng.u32(..64),
                                     funcs: ptr(info_buf.as_mut_ptr() as u64, &mut rng),
                                     ..Default::default()
                                 };
-                                // SAFETY: RKF_MULTI_IOC_INFO with its struct.
-                                unsafe {
-                                    libc::ioctl(file.as_raw_fd(), abi::IOC_INFO as _, &mut info)
-                                };
+                                // SAFETY: `funcs` is `info_buf`, with room for the
+                                // `buf_cnt` entries the kernel may write, or an address no
+                                // mapping can hold (0, 0x1000, the top of the address
+                                // space), which the kernel refuses with EFAULT.
+                                let _ = unsafe { multi::ioctl::info(file.as_raw_fd(), &mut info) };
                             }
                             // Keep some links open for a while; close others' links too.
                             let mut p = pool.lock().unwrap();
-                            if rng.below(3) == 0 {
+                            if rng.u64(..3) == 0 {
                                 p.push(file);
                             }
-                            if p.len() > 8 || rng.below(4) == 0 {
-                                let victim = rng.below(p.len().max(1) as u64) as usize;
+                            if p.len() > 8 || rng.u64(..4) == 0 {
+                                let victim = rng.usize(..p.len().max(1));
                                 if victim < p.len() {
                                     p.swap_remove(victim);
                                 }

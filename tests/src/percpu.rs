@@ -8,10 +8,7 @@
 use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{
-    skel::{OpenSkel, Skel, SkelBuilder},
-    Link, ProgramInput, ProgramType,
-};
+use libbpf_rs::{skel::OpenSkel, Link, ProgramInput, ProgramType};
 
 use crate::{
     check, check_eq, diag,
@@ -23,6 +20,7 @@ use rkf::{
     kallsyms::Kallsyms,
     modules, percpu as cli,
     perf::{open_cpu_clock, Sampling, Target},
+    skeleton,
 };
 use rkf_core::abi::PERCPU_PROBE_MAGIC;
 
@@ -110,14 +108,14 @@ pub(crate) fn run_all() -> Result<All> {
         "percpu.bpf.c handles at most {MAX_CPUS} cpus, the system has {nr_cpus}"
     );
     let ksyms = Kallsyms::load()?;
+    let per_cpu_offset_addr = ksyms.lookup("__per_cpu_offset", None)?;
     let mut obj = MaybeUninit::uninit();
-    let open = PercpuSkelBuilder::default().open(&mut obj)?;
-    let mut skel = open.load().context("loading percpu.bpf.c")?;
-    {
-        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+    let skel = skeleton::load::<PercpuSkelBuilder>(&mut obj, "percpu.bpf.c", |open| {
+        let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
         bss.nr_cpus = nr_cpus;
-        bss.per_cpu_offset_addr = ksyms.lookup("__per_cpu_offset", None)?;
-    }
+        bss.per_cpu_offset_addr = per_cpu_offset_addr;
+        Ok(())
+    })?;
     let out = skel.progs.percpu_all.test_run(ProgramInput::default())?;
     check_eq!(out.return_value, 0, "percpu_all() return value");
     let bss = *skel.maps.bss_data.as_deref().context("no .bss")?;
@@ -327,6 +325,8 @@ fn differential() -> Result<()> {
 
 /// Loads only `prog` of percpu_fail.bpf.c and returns the verifier's complaint.
 fn load_failing(prog: &str) -> Result<String> {
+    use libbpf_rs::skel::SkelBuilder;
+
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
     let mut open = PercpuFailSkelBuilder::default().open(&mut obj)?;
@@ -398,13 +398,18 @@ fn prog_types() -> Result<()> {
     ];
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = PercpuTypesSkelBuilder::default().open(&mut obj)?;
-    open.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_tgid = std::process::id();
-    let mut skel = open.load().context("loading percpu_types.bpf.c")?;
+    let skel = skeleton::load_and_attach::<PercpuTypesSkelBuilder>(
+        &mut obj,
+        "percpu_types.bpf.c",
+        |open| {
+            open.maps
+                .bss_data
+                .as_deref_mut()
+                .context("no .bss")?
+                .target_tgid = std::process::id();
+            Ok(())
+        },
+    )?;
     let types = [
         skel.progs.fentry_prog.prog_type(),
         skel.progs.kprobe_prog.prog_type(),
@@ -416,7 +421,6 @@ fn prog_types() -> Result<()> {
     for ((name, want), got) in KINDS.iter().zip(types) {
         check_eq!(got, *want, "program type of the {name} program");
     }
-    skel.attach().context("attaching")?;
     let pfd = open_cpu_clock(Target::ThisThread, Sampling::Period(200_000), 0)?;
     let perf: Link = skel
         .progs

@@ -3,8 +3,8 @@
 //! Privilege: what a task without CAP_BPF and CAP_PERFMON can do with rkf.
 //!
 //! Capabilities belong to a thread, so each case runs in a thread of its own that drops
-//! them with capset(2) (which, unlike setuid(2), glibc does not broadcast to the other
-//! threads); the test process keeps its capabilities.
+//! them with capset(2) (through the caps crate; unlike setuid(2), glibc does not broadcast
+//! it to the other threads); the test process keeps its capabilities.
 //!
 //! The programs here are raw instructions, loaded with BPF_PROG_LOAD and the modules'
 //! BTF fds taken while privileged: libbpf finds module kfuncs by walking the BTF ids,
@@ -17,71 +17,99 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use caps::{CapSet, Capability, CapsHashSet};
 use libbpf_rs::libbpf_sys as sys;
 
 use crate::{check_eq, diag, harness::Test};
-use rkf::{btf, btf::RawBtf, modules};
+use rkf::{btf, btf::KernelBtf, modules};
 
 pub const TESTS: &[Test] = &[Test {
     name: "kfunc_programs_need_capabilities",
     run: kfunc_programs,
 }];
 
-/// include/uapi/linux/capability.h
-pub(crate) const CAP_PERFMON: u32 = 38;
-pub(crate) const CAP_BPF: u32 = 39;
-
-/// Runs `f` in a new thread whose effective and permitted capabilities are `caps` only.
-pub(crate) fn with_caps<T: Send>(caps: &[u32], f: impl FnOnce() -> T + Send) -> Result<T> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            set_caps(caps)?;
-            Ok(f())
-        })
-        .join()
-        .expect("a thread with dropped capabilities panicked")
-    })
+/// One way of holding CAP_BPF and CAP_PERFMON, for the tests of what each allows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CapCase {
+    /// What the case holds, for messages.
+    pub name: &'static str,
+    /// CAP_BPF.
+    pub bpf: bool,
+    /// CAP_PERFMON.
+    pub perfmon: bool,
 }
 
-fn set_caps(caps: &[u32]) -> Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
+/// Every case: without either capability, with one of them, with both.
+pub(crate) const CAP_CASES: [CapCase; 4] = [
+    CapCase {
+        name: "no capabilities",
+        bpf: false,
+        perfmon: false,
+    },
+    CapCase {
+        name: "CAP_BPF only",
+        bpf: true,
+        perfmon: false,
+    },
+    CapCase {
+        name: "CAP_PERFMON only",
+        bpf: false,
+        perfmon: true,
+    },
+    CapCase {
+        name: "CAP_BPF and CAP_PERFMON",
+        bpf: true,
+        perfmon: true,
+    },
+];
+
+impl CapCase {
+    /// Whether the case holds both capabilities.
+    pub fn both(&self) -> bool {
+        self.bpf && self.perfmon
     }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
+
+    /// Runs `f` in a new thread whose effective and permitted capabilities are this
+    /// case's only.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        std::thread::scope(|s| {
+            s.spawn(|| -> Result<T> {
+                self.drop_others()?;
+                Ok(f())
+            })
+            .join()
+            .expect("a thread with dropped capabilities panicked")
+        })
+        .with_context(|| format!("with {}", self.name))
     }
-    let mut hdr = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,               // this thread
-    };
-    let mut data = [Data::default(); 2];
-    for &c in caps {
-        let d = &mut data[(c / 32) as usize];
-        d.effective |= 1 << (c % 32);
-        d.permitted |= 1 << (c % 32);
+
+    /// Drops every capability of this thread but the case's.
+    fn drop_others(&self) -> Result<()> {
+        let keep: CapsHashSet = [
+            (self.bpf, Capability::CAP_BPF),
+            (self.perfmon, Capability::CAP_PERFMON),
+        ]
+        .into_iter()
+        .filter_map(|(held, cap)| held.then_some(cap))
+        .collect();
+        caps::clear(None, CapSet::Inheritable).context("capset: clearing the inheritable set")?;
+        // Effective first: it must stay a subset of the permitted set.
+        for set in [CapSet::Effective, CapSet::Permitted] {
+            caps::set(None, set, &keep).with_context(|| format!("capset: {set:?} to {keep:?}"))?;
+        }
+        Ok(())
     }
-    // SAFETY: a valid header and the two data structs of version 3.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) };
-    if r != 0 {
-        return Err(io::Error::last_os_error()).context("capset");
-    }
-    Ok(())
 }
 
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
-    // SAFETY: all-zero is a valid instruction to fill in.
-    let mut i: sys::bpf_insn = unsafe { std::mem::zeroed() };
-    i.code = code;
+    let mut i = sys::bpf_insn {
+        code,
+        off,
+        imm,
+        ..Default::default()
+    };
     i.set_dst_reg(dst);
     i.set_src_reg(src);
-    i.off = off;
-    i.imm = imm;
     i
 }
 
@@ -142,10 +170,11 @@ impl Prog<'_> {
     fn load(&self) -> (i32, String) {
         let mut log = vec![0u8; 1 << 16];
         let fd_array = [0, self.kfunc_btf.map_or(-1, |f| f.as_raw_fd())];
-        // SAFETY: all-zero options are valid; the fields set below stay valid for the call.
-        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
-        opts.expected_attach_type = self.attach_type;
+        let mut opts = sys::bpf_prog_load_opts {
+            sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+            expected_attach_type: self.attach_type,
+            ..Default::default()
+        };
         if let Some((id, obj)) = self.attach {
             opts.attach_btf_id = id;
             opts.attach_btf_obj_fd = obj.map_or(0, |f| f.as_raw_fd() as u32);
@@ -189,14 +218,14 @@ fn kfunc_programs() -> Result<()> {
     for m in ["rkf_stack", "rkf_percpu", "rkf_multi"] {
         modules::require(m)?;
     }
-    let vmlinux = RawBtf::vmlinux()?;
-    let find = |btf: &RawBtf, name: &str| {
-        btf.find_func(name)
-            .with_context(|| format!("no BTF function {name}"))
+    let vmlinux = KernelBtf::vmlinux()?;
+    let find = |btf: &KernelBtf, name: &str| {
+        btf.find_func(name)?
+            .with_context(|| format!("no BTF function {name} in {}", btf.object()))
     };
-    let stack_btf = RawBtf::module(&vmlinux, "rkf_stack")?;
-    let percpu_btf = RawBtf::module(&vmlinux, "rkf_percpu")?;
-    let multi_btf = RawBtf::module(&vmlinux, "rkf_multi")?;
+    let stack_btf = KernelBtf::module(&vmlinux, "rkf_stack")?;
+    let percpu_btf = KernelBtf::module(&vmlinux, "rkf_percpu")?;
+    let multi_btf = KernelBtf::module(&vmlinux, "rkf_multi")?;
     let stack_fd = btf::object_fd("rkf_stack")?;
     let percpu_fd = btf::object_fd("rkf_percpu")?;
     let multi_fd = btf::object_fd("rkf_multi")?;
@@ -262,19 +291,13 @@ fn kfunc_programs() -> Result<()> {
         },
     ];
 
-    let cases: [(&str, &[u32]); 4] = [
-        ("no capabilities", &[]),
-        ("CAP_PERFMON only", &[CAP_PERFMON]),
-        ("CAP_BPF only", &[CAP_BPF]),
-        ("CAP_BPF and CAP_PERFMON", &[CAP_BPF, CAP_PERFMON]),
-    ];
-    for (name, caps) in cases {
-        let results = with_caps(caps, || progs.iter().map(Prog::load).collect::<Vec<_>>())?;
+    for case in CAP_CASES {
+        let results = case.run(|| progs.iter().map(Prog::load).collect::<Vec<_>>())?;
         for (p, (errno, log)) in progs.iter().zip(results) {
-            let want = match caps {
-                [CAP_BPF, CAP_PERFMON] => 0,
-                [CAP_BPF] if p.cap_bpf_enough => 0,
-                _ => libc::EPERM,
+            let want = if case.both() || (case.bpf && p.cap_bpf_enough) {
+                0
+            } else {
+                libc::EPERM
             };
             if errno != want {
                 diag!("verifier log of {}:", p.what);
@@ -285,8 +308,9 @@ fn kfunc_programs() -> Result<()> {
             check_eq!(
                 io::Error::from_raw_os_error(errno).to_string(),
                 io::Error::from_raw_os_error(want).to_string(),
-                "{}, {name}",
-                p.what
+                "{}, {}",
+                p.what,
+                case.name
             );
         }
     }

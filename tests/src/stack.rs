@@ -6,10 +6,7 @@
 use std::{mem::MaybeUninit, time::Duration};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{
-    skel::{OpenSkel, Skel, SkelBuilder},
-    ProgramInput,
-};
+use libbpf_rs::ProgramInput;
 
 use crate::{
     check, check_eq, diag,
@@ -17,9 +14,10 @@ use crate::{
     skel::stack::{types, StackSkel, StackSkelBuilder},
 };
 use rkf::{
-    kallsyms::Kallsyms,
+    kallsyms::KernelSymbolizer,
     modules,
     perf::{open_cpu_clock, Sampling, Target, PERF_SAMPLE_CALLCHAIN},
+    skeleton,
 };
 
 pub const TESTS: &[Test] = &[
@@ -110,19 +108,21 @@ fn words(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Loads and attaches stack.bpf.c; returns it with the symbol table read afterwards, so
-/// that the programs' own symbols are in it.
-fn load<'o>(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<(StackSkel<'o>, Kallsyms)> {
+/// Loads and attaches stack.bpf.c; returns it with a symbolizer made afterwards, so that
+/// the programs' own symbols are in it.
+fn load<'o>(
+    obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(StackSkel<'o>, KernelSymbolizer)> {
     modules::require("rkf_stack")?;
-    let mut open = StackSkelBuilder::default().open(obj)?;
-    open.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_tgid = std::process::id();
-    let mut skel = open.load().context("loading stack.bpf.c")?;
-    skel.attach().context("attaching stack.bpf.c")?;
-    Ok((skel, Kallsyms::load()?))
+    let skel = skeleton::load_and_attach::<StackSkelBuilder>(obj, "stack.bpf.c", |open| {
+        open.maps
+            .bss_data
+            .as_deref_mut()
+            .context("no .bss")?
+            .target_tgid = std::process::id();
+        Ok(())
+    })?;
+    Ok((skel, KernelSymbolizer::new()))
 }
 
 /// Arms every program with `flags` and `size`, triggers the events from this thread with
@@ -166,18 +166,15 @@ fn run(skel: &mut StackSkel<'_>, flags: u64, size: u32, depth: i32) -> Result<Ve
         .collect()
 }
 
-fn sym(k: &Kallsyms, addr: u64) -> String {
-    match k.symbolize(addr) {
-        Some((s, off)) => format!("{}+{off:#x}", s.name),
-        None => format!("{addr:#x}"),
-    }
+fn sym(k: &KernelSymbolizer, addr: u64) -> String {
+    k.describe(addr)
 }
 
 /// Checks that one sample is the helper's, byte for byte, with the documented exceptions
 /// for kernel stacks: frame 0 of programs whose stack starts at the program is the call
 /// instruction, which differs between the two calls; tracepoint programs start above the
 /// helper's first frame.
-fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &Kallsyms) -> Result<()> {
+fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &KernelSymbolizer) -> Result<()> {
     let kind = s.kind;
     let (kf, h) = (words(&s.kf[..size]), words(&s.h[..size]));
     if kind == Kind::Syscall {
@@ -203,7 +200,7 @@ fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &Kallsyms) -> Resu
         check!(
             kf[..s.kf_ret as usize / 8]
                 .iter()
-                .all(|&ip| k.symbolize(ip).is_some()),
+                .all(|&ip| k.frame(ip).is_some()),
             "Tracepoint: every frame of the kfunc's stack is kernel text: {frames:?}"
         );
         return Ok(());
@@ -215,8 +212,9 @@ fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &Kallsyms) -> Resu
     );
     let starts_at_program = matches!(kind, Kind::Fentry | Kind::Fexit | Kind::TpBtf | Kind::RawTp);
     if !user && skip == 0 && starts_at_program && s.h_ret > 0 {
-        let (a, b) = (k.symbolize(kf[0]), k.symbolize(h[0]));
-        let same_prog = matches!((a, b), (Some((x, _)), Some((y, _))) if x.name == y.name && x.name.starts_with("bpf_prog_"));
+        let (a, b) = (k.name(kf[0]), k.name(h[0]));
+        let same_prog =
+            matches!((a, b), (Some(x), Some(y)) if x == y && x.starts_with("bpf_prog_"));
         check!(
             same_prog,
             "{kind:?}: frame 0 is the program for both: {} vs {}",
@@ -430,10 +428,7 @@ fn kernel_symbols() -> Result<()> {
         let s = &samples[kind as usize];
         let frames: Vec<String> = words(&s.kf[..s.kf_ret.max(0) as usize])
             .iter()
-            .map(|&ip| {
-                k.symbolize(ip)
-                    .map_or_else(|| format!("{ip:#x}"), |(x, _)| x.name.clone())
-            })
+            .map(|&ip| k.name(ip).unwrap_or_else(|| format!("{ip:#x}")))
             .collect();
         diag!("{kind:?}: {}", frames.join(" < "));
         if kind != Kind::Kprobe {
@@ -555,14 +550,15 @@ fn no_stack_lost() -> Result<()> {
 
     modules::require("rkf_stack")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = StackLostSkelBuilder::default().open(&mut obj)?;
-    open.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_tgid = std::process::id();
-    let mut skel = open.load().context("loading stack_lost.bpf.c")?;
-    skel.attach().context("attaching stack_lost.bpf.c")?;
+    let skel =
+        skeleton::load_and_attach::<StackLostSkelBuilder>(&mut obj, "stack_lost.bpf.c", |open| {
+            open.maps
+                .bss_data
+                .as_deref_mut()
+                .context("no .bss")?
+                .target_tgid = std::process::id();
+            Ok(())
+        })?;
     let mut want = std::collections::HashSet::new();
     for depth in 0..125 {
         for variant in 0..8 {
@@ -606,14 +602,14 @@ fn deep_kernel_differential() -> Result<()> {
         .trim()
         .parse()?;
     let mut obj = MaybeUninit::uninit();
-    let open = BenchStackSkelBuilder::default().open(&mut obj)?;
-    let mut skel = open.load().context("loading bench_stack.bpf.c")?;
+    let mut skel =
+        skeleton::load::<BenchStackSkelBuilder>(&mut obj, "bench_stack.bpf.c", skeleton::as_built)?;
     let _link = skel
         .progs
         .bench_deep
         .attach()
         .context("attaching fentry/rkf_testmod_leaf")?;
-    let k = Kallsyms::load()?;
+    let k = KernelSymbolizer::new();
     for depth in [0u32, 40, 120, 250] {
         for skip in [0u64, 3, 200] {
             {
@@ -638,7 +634,7 @@ fn deep_kernel_differential() -> Result<()> {
             // calls: the same program for both, then byte for byte.
             let from = if skip == 0 && bss.kfunc_ret > 0 {
                 let (a, b) = (words(&bss.kbuf[..8])[0], words(&bss.hbuf[..8])[0]);
-                let name = |ip| k.symbolize(ip).map(|(s, _)| s.name.clone());
+                let name = |ip| k.name(ip);
                 check_eq!(name(a), name(b), "depth {depth}: frame 0");
                 check!(
                     name(a).is_some_and(|n| n.starts_with("bpf_prog_")),
@@ -656,10 +652,7 @@ fn deep_kernel_differential() -> Result<()> {
             let frames = words(&bss.kbuf[..bss.kfunc_ret.max(0) as usize]);
             let recurse = frames
                 .iter()
-                .filter(|&&ip| {
-                    k.symbolize(ip)
-                        .is_some_and(|(s, _)| s.name == "rkf_testmod_recurse")
-                })
+                .filter(|&&ip| k.name(ip).is_some_and(|n| n == "rkf_testmod_recurse"))
                 .count();
             if skip == 0 {
                 diag!(

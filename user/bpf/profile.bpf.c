@@ -11,7 +11,7 @@
 #define MAX_FRAMES 127
 #define TASK_COMM_LEN 16
 
-/* One sample; user space (user/src/profile.rs) reads it with the same layout. */
+/* One sample; user space (user/src/profile.rs) reads it as the skeleton's type. */
 struct rkf_profile_sample {
 	__u32 tgid;
 	__u32 pid;
@@ -21,6 +21,9 @@ struct rkf_profile_sample {
 	__u64 kernel[MAX_FRAMES];
 	__u64 user[MAX_FRAMES];
 };
+
+/* Never used: a global of the type makes the skeleton define it (types::rkf_profile_sample). */
+struct rkf_profile_sample _sample_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

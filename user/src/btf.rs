@@ -1,22 +1,31 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Kernel BTF: finding per-cpu variables and the fields inside them.
+//! Kernel BTF: the functions rkf_multi can trace, per-cpu variables and the fields inside
+//! them, and the fds of kernel BTF objects.
 //!
-//! libbpf-rs cannot parse split (module) BTF, so this goes through libbpf's C API, with
-//! the unsafe parts kept to the small [`RawBtf`] wrapper.
+//! BTF is decoded by the btf-rs crate: libbpf-rs 0.27 (its newest release) cannot parse a
+//! module's BTF, which is split BTF on top of vmlinux's, and its `Btf` cannot be made
+//! from a libbpf object that can.  The fds of kernel BTF objects come from libbpf-rs's
+//! [`BtfInfoIter`](libbpf_rs::query::BtfInfoIter).
 
 use std::{
-    ffi::{CStr, CString},
     fmt,
+    ops::RangeInclusive,
     os::fd::{FromRawFd, OwnedFd},
     path::Path,
-    ptr::NonNull,
 };
 
 use anyhow::{anyhow, bail, Context, Result};
-use libbpf_rs::libbpf_sys as sys;
+use btf_rs::{Backend, Btf, BtfSection, BtfType, Member, Type};
+use libbpf_rs::{libbpf_sys, query::BtfInfoIter};
+use rkf_core::multi::btf_kind;
 
 const PERCPU_SECTION: &str = ".data..percpu";
+const SYSFS_BTF: &str = "/sys/kernel/btf";
+
+/// The kind [`FuncShape`] gives a type that `rkf_core::multi::check_shape()` does not
+/// tell apart from the others it refuses (struct, union, array, float, ...).
+pub const OTHER_KIND: u32 = u32::MAX;
 
 /// A function of a BTF object, reduced to what decides whether rkf_multi can trace it.
 #[derive(Clone, Debug)]
@@ -29,211 +38,186 @@ pub struct FuncShape {
     pub nr_params: u32,
     /// Whether it takes varargs.
     pub varargs: bool,
-    /// BTF kinds of the return type (`[0]`, 0 for void) and of up to 7 parameters.
+    /// BTF kinds (`rkf_core::multi::btf_kind`, or [`OTHER_KIND`]) of the return type
+    /// (`[0]`, 0 for void) and of up to 7 parameters.
     pub kind: [u32; 8],
     /// Their sizes.
     pub size: [u32; 8],
 }
 
-/// A parsed BTF object, vmlinux's or a module's (split on top of vmlinux's).
-pub struct RawBtf {
-    ptr: NonNull<sys::btf>,
-    /// The first type id that belongs to this object (1 for vmlinux).
-    start_id: u32,
+/// A kernel BTF object: vmlinux's, or a module's (split BTF on top of vmlinux's).
+pub struct KernelBtf {
+    btf: Btf,
+    /// `None` for vmlinux.
+    module: Option<String>,
 }
 
-// The kind of a BTF type: bits 24-28 of `info`.
-fn kind(t: &sys::btf_type) -> u32 {
-    (t.info >> 24) & 0x1f
+impl fmt::Debug for KernelBtf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KernelBtf({})", self.object())
+    }
 }
 
-fn vlen(t: &sys::btf_type) -> usize {
-    (t.info & 0xffff) as usize
-}
-
-fn kflag(t: &sys::btf_type) -> bool {
-    t.info >> 31 != 0
-}
-
-impl RawBtf {
-    /// vmlinux's BTF, from /sys/kernel/btf/vmlinux.
+impl KernelBtf {
+    /// vmlinux's BTF, from /sys/kernel/btf/vmlinux (memory-mapped and decoded on demand).
     pub fn vmlinux() -> Result<Self> {
-        // SAFETY: no arguments; returns an owned object or an error pointer.
-        let p = unsafe { sys::btf__load_vmlinux_btf() };
-        Self::from_ret(p, 1).context("loading vmlinux BTF (/sys/kernel/btf/vmlinux)")
+        let path = Path::new(SYSFS_BTF).join("vmlinux");
+        // Where the file cannot be mapped, it is read and decoded whole (slower).
+        let btf = Btf::from_file_with_backend(&path, Backend::Mmap)
+            .or_else(|_| Btf::from_file(&path))
+            .with_context(|| format!("loading vmlinux BTF ({})", path.display()))?;
+        Ok(Self { btf, module: None })
     }
 
     /// A module's BTF, from /sys/kernel/btf/`module`, on top of `vmlinux`.
-    pub fn module(vmlinux: &RawBtf, module: &str) -> Result<Self> {
-        let path = Path::new("/sys/kernel/btf").join(module);
-        let cpath = CString::new(path.to_string_lossy().as_bytes())?;
-        // SAFETY: `cpath` is a valid C string; `vmlinux` outlives the split object, which
-        // only reads its base (both are owned by the caller, base declared first).
-        let p = unsafe { sys::btf__parse_split(cpath.as_ptr(), vmlinux.ptr.as_ptr()) };
-        Self::from_ret(p, vmlinux.type_cnt())
-            .with_context(|| format!("parsing the BTF of module {module} ({})", path.display()))
-    }
-
-    /// The BTF id of the function `name`, if this object (or, for a module, vmlinux
-    /// under it) has one.
-    pub fn find_func(&self, name: &str) -> Option<u32> {
-        let cname = CString::new(name).ok()?;
-        // SAFETY: `self.ptr` is a valid BTF object and `cname` a valid C string.
-        let id = unsafe {
-            sys::btf__find_by_name_kind(self.ptr.as_ptr(), cname.as_ptr(), sys::BTF_KIND_FUNC)
-        };
-        u32::try_from(id).ok()
-    }
-
-    fn from_ret(p: *mut sys::btf, start_id: u32) -> Result<Self> {
-        // libbpf returns NULL with errno set, or an error pointer, on failure.
-        let ptr = NonNull::new(p).ok_or_else(std::io::Error::last_os_error)?;
-        let err = p as isize;
-        if (-4095..0).contains(&err) {
-            return Err(std::io::Error::from_raw_os_error(-err as i32).into());
+    pub fn module(vmlinux: &KernelBtf, module: &str) -> Result<Self> {
+        if vmlinux.module.is_some() {
+            bail!("the base of module {module}'s BTF must be vmlinux's, not {vmlinux:?}");
         }
-        Ok(Self { ptr, start_id })
+        let path = Path::new(SYSFS_BTF).join(module);
+        let btf = Btf::from_split_file(&path, &vmlinux.btf)
+            .with_context(|| format!("parsing the BTF of module {module} ({})", path.display()))?;
+        Ok(Self {
+            btf,
+            module: Some(module.to_owned()),
+        })
     }
 
-    fn type_cnt(&self) -> u32 {
-        // SAFETY: `self.ptr` is a valid BTF object.
-        unsafe { sys::btf__type_cnt(self.ptr.as_ptr()) }
+    /// `vmlinux`, or the module's name.
+    pub fn object(&self) -> &str {
+        self.module.as_deref().unwrap_or("vmlinux")
     }
 
-    fn ty(&self, id: u32) -> Result<&sys::btf_type> {
-        // SAFETY: `self.ptr` is valid; the result is NULL or points into the object,
-        // which lives as long as `self`.
-        unsafe { sys::btf__type_by_id(self.ptr.as_ptr(), id).as_ref() }
-            .ok_or_else(|| anyhow!("BTF has no type {id}"))
+    /// The part of the BTF that is this object's own: a module's, without vmlinux's.
+    fn own(&self) -> &BtfSection {
+        self.btf.split().unwrap_or_else(|| self.btf.base())
     }
 
-    fn name(&self, off: u32) -> &str {
-        // SAFETY: `self.ptr` is valid; the string table lives as long as `self`.
-        let p = unsafe { sys::btf__name_by_offset(self.ptr.as_ptr(), off) };
-        if p.is_null() {
-            return "";
+    /// The type ids of this object's own types.
+    fn own_ids(&self) -> RangeInclusive<u32> {
+        let (start, end) = self.own().type_id_range();
+        start..=end
+    }
+
+    fn ty(&self, id: u32) -> Result<Type> {
+        self.btf
+            .resolve_type_by_id(id)
+            .with_context(|| format!("{}: BTF type {id}", self.object()))
+    }
+
+    /// The name of `t`: empty for an anonymous type.
+    fn name_of(&self, t: &dyn BtfType) -> String {
+        if t.get_name_offset().is_none() {
+            return String::new();
         }
-        // SAFETY: libbpf returns a NUL-terminated string from the string table.
-        unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("?")
+        self.btf.resolve_name(t).unwrap_or_else(|_| "?".to_owned())
     }
 
-    fn find(&self, name: &str, kind: u32) -> Option<u32> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: `self.ptr` and `c` are valid.
-        let id = unsafe { sys::btf__find_by_name_kind(self.ptr.as_ptr(), c.as_ptr(), kind) };
-        u32::try_from(id).ok().filter(|&id| id >= self.start_id)
+    /// The id of this object's own type `name` for which `is` holds.
+    fn find(&self, name: &str, is: impl Fn(&Type) -> bool) -> Result<Option<u32>> {
+        for id in self.own().resolve_ids_by_name(name)? {
+            if is(&self.ty(id)?) {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
-    fn resolve(&self, id: u32) -> Result<u32> {
-        // SAFETY: `self.ptr` is valid.
-        let r = unsafe { sys::btf__resolve_type(self.ptr.as_ptr(), id) };
-        u32::try_from(r).map_err(|_| anyhow!("cannot resolve BTF type {id}"))
+    /// The BTF id of this object's function `name`, if it has one.
+    pub fn find_func(&self, name: &str) -> Result<Option<u32>> {
+        self.find(name, |t| matches!(t, Type::Func(_)))
     }
 
+    /// Type `id` with typedefs, qualifiers and type tags skipped (libbpf's
+    /// `btf__resolve_type()`, which skips a VAR too).
+    fn resolve(&self, mut id: u32) -> Result<(u32, Type)> {
+        loop {
+            let t = self.ty(id)?;
+            match &t {
+                Type::Typedef(x) => id = self.next(x, id)?,
+                Type::Volatile(x) | Type::Const(x) | Type::Restrict(x) => id = self.next(x, id)?,
+                Type::TypeTag(x) => id = self.next(x, id)?,
+                Type::Var(x) => id = self.next(x, id)?,
+                _ => return Ok((id, t)),
+            }
+        }
+    }
+
+    /// The type `t` (type `id`) refers to.
+    fn next(&self, t: &dyn BtfType, id: u32) -> Result<u32> {
+        t.get_type_id()
+            .ok_or_else(|| anyhow!("{}: BTF type {id} refers to no type", self.object()))
+    }
+
+    /// The size of type `id` in bytes (libbpf's `btf__resolve_size()`).
     fn size(&self, id: u32) -> Result<u64> {
-        // SAFETY: `self.ptr` is valid.
-        let r = unsafe { sys::btf__resolve_size(self.ptr.as_ptr(), id) };
-        u64::try_from(r).map_err(|_| anyhow!("BTF type {id} has no size"))
+        let (rid, t) = self.resolve(id)?;
+        let size = match &t {
+            Type::Int(x) => x.size(),
+            Type::Enum(x) => x.size(),
+            Type::Enum64(x) => x.size(),
+            Type::Struct(x) | Type::Union(x) => x.size(),
+            Type::Float(x) => x.size(),
+            Type::Datasec(x) => x.size(),
+            Type::Ptr(_) => 8,
+            Type::Array(a) => {
+                let elem = self.size(self.next(a, rid)?)?;
+                return elem
+                    .checked_mul(a.len() as u64)
+                    .ok_or_else(|| anyhow!("BTF type {rid}: an array too large"));
+            }
+            _ => bail!("{} has no size", self.type_name(rid)),
+        };
+        Ok(size as u64)
     }
 
-    /// The members of a struct or union.
-    fn members(&self, t: &sys::btf_type) -> &[sys::btf_member] {
-        // SAFETY: a struct/union `btf_type` is followed in the object by `vlen` members.
-        unsafe {
-            std::slice::from_raw_parts(
-                (t as *const sys::btf_type).add(1).cast::<sys::btf_member>(),
-                vlen(t),
-            )
-        }
-    }
-
-    /// The variables of a DATASEC.
-    fn secinfos(&self, t: &sys::btf_type) -> &[sys::btf_var_secinfo] {
-        // SAFETY: a DATASEC `btf_type` is followed in the object by `vlen` secinfos.
-        unsafe {
-            std::slice::from_raw_parts(
-                (t as *const sys::btf_type)
-                    .add(1)
-                    .cast::<sys::btf_var_secinfo>(),
-                vlen(t),
-            )
-        }
-    }
-
-    /// Every function of this object (its own type ids only), with its shape as
+    /// Every function of this object (its own types only), with its shape as
     /// `rkf_core::multi::check_shape()` takes it: the kinds and sizes of the return type and
     /// of up to seven parameters, typedefs and qualifiers skipped, as rkf_multi's shim
     /// reads them in the kernel.
     pub fn funcs(&self) -> Result<Vec<FuncShape>> {
-        const FUNC: u32 = 12;
-        const FUNC_PROTO: u32 = 13;
         let mut out = Vec::new();
-        for id in self.start_id..self.type_cnt() {
-            let t = self.ty(id)?;
-            if kind(t) != FUNC {
+        for id in self.own_ids() {
+            let Type::Func(func) = self.ty(id)? else {
                 continue;
-            }
-            // SAFETY: the union's `type_` member is what FUNC types use.
-            let proto_id = unsafe { t.__bindgen_anon_1.type_ };
-            let proto = self.ty(proto_id)?;
-            if kind(proto) != FUNC_PROTO {
-                continue;
-            }
-            // SAFETY: a FUNC_PROTO `btf_type` is followed in the object by `vlen` params.
-            let params = unsafe {
-                std::slice::from_raw_parts(
-                    (proto as *const sys::btf_type)
-                        .add(1)
-                        .cast::<sys::btf_param>(),
-                    vlen(proto),
-                )
             };
+            let Type::FuncProto(proto) = self.ty(self.next(&func, id)?)? else {
+                continue;
+            };
+            let params = &proto.parameters;
             let mut f = FuncShape {
                 btf_id: id,
-                name: self.name(t.name_off).to_string(),
+                name: self.name_of(&func),
                 nr_params: params.len() as u32,
-                varargs: params.last().is_some_and(|p| p.type_ == 0),
+                varargs: params.last().is_some_and(|p| p.is_variadic()),
                 kind: [0; 8],
                 size: [0; 8],
             };
-            // SAFETY: the union's `type_` member is what FUNC_PROTO types use.
-            let ret = unsafe { proto.__bindgen_anon_1.type_ };
-            self.shape_of(ret, 0, &mut f)?;
+            (f.kind[0], f.size[0]) = self.shape(proto.return_type_id())?;
             for (i, p) in params.iter().take(7).enumerate() {
-                self.shape_of(p.type_, i + 1, &mut f)?;
+                if !p.is_variadic() {
+                    (f.kind[i + 1], f.size[i + 1]) = self.shape(self.next(p, id)?)?;
+                }
             }
             out.push(f);
         }
         Ok(out)
     }
 
-    fn shape_of(&self, mut id: u32, slot: usize, f: &mut FuncShape) -> Result<()> {
-        // TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG.
-        const MODIFIERS: [u32; 5] = [8, 9, 10, 11, 18];
-        if id == 0 {
-            return Ok(());
-        }
-        let mut t = self.ty(id)?;
-        while MODIFIERS.contains(&kind(t)) {
-            // SAFETY: modifiers use the union's `type_` member.
-            id = unsafe { t.__bindgen_anon_1.type_ };
-            if id == 0 {
-                return Ok(());
-            }
-            t = self.ty(id)?;
-        }
-        f.kind[slot] = kind(t);
-        f.size[slot] = match kind(t) {
-            // PTR
-            2 => 8,
-            // INT, STRUCT, UNION, ENUM, FLOAT, ENUM64: sized
-            1 | 4 | 5 | 6 | 16 | 19 => {
-                // SAFETY: sized kinds use the union's `size` member.
-                unsafe { t.__bindgen_anon_1.size }
-            }
-            _ => 0,
-        };
-        Ok(())
+    /// The kind and size of a return value or parameter of type `id` (0: void).
+    fn shape(&self, id: u32) -> Result<(u32, u32)> {
+        let (_, t) = self.resolve(id)?;
+        let size = |s: usize| u32::try_from(s).unwrap_or(u32::MAX);
+        Ok(match &t {
+            Type::Void => (0, 0),
+            Type::Ptr(_) => (btf_kind::PTR, 8),
+            Type::Int(x) => (btf_kind::INT, size(x.size())),
+            Type::Enum(x) => (btf_kind::ENUM, size(x.size())),
+            Type::Enum64(x) => (btf_kind::ENUM64, size(x.size())),
+            Type::Struct(x) | Type::Union(x) => (OTHER_KIND, size(x.size())),
+            Type::Float(x) => (OTHER_KIND, size(x.size())),
+            _ => (OTHER_KIND, 0),
+        })
     }
 
     /// Whether VAR `var_id` is in this object's per-cpu section.
@@ -241,13 +225,15 @@ impl RawBtf {
     /// The section is looked up among this object's own types: a module's BTF has a
     /// `.data..percpu` of its own besides the one of its base, vmlinux.
     fn is_percpu(&self, var_id: u32) -> Result<bool> {
-        for id in self.start_id..self.type_cnt() {
-            let t = self.ty(id)?;
-            if kind(t) == sys::BTF_KIND_DATASEC
-                && self.name(t.name_off) == PERCPU_SECTION
-                && self.secinfos(t).iter().any(|v| v.type_ == var_id)
-            {
-                return Ok(true);
+        for id in self.own().resolve_ids_by_name(PERCPU_SECTION)? {
+            if let Type::Datasec(sec) = self.ty(id)? {
+                if sec
+                    .variables
+                    .iter()
+                    .any(|v| v.get_type_id() == Some(var_id))
+                {
+                    return Ok(true);
+                }
             }
         }
         Ok(false)
@@ -258,28 +244,25 @@ impl RawBtf {
         let Ok(t) = self.ty(id) else {
             return format!("type {id}");
         };
-        let name = self.name(t.name_off);
-        // SAFETY: every kind below uses the `type_` arm of the union.
-        let inner = || unsafe { t.__bindgen_anon_1.type_ };
-        match kind(t) {
-            sys::BTF_KIND_STRUCT => format!("struct {name}"),
-            sys::BTF_KIND_UNION => format!("union {name}"),
-            sys::BTF_KIND_ENUM | sys::BTF_KIND_ENUM64 => format!("enum {name}"),
-            sys::BTF_KIND_PTR => format!("{} *", self.type_name(inner())),
-            sys::BTF_KIND_CONST => format!("const {}", self.type_name(inner())),
-            sys::BTF_KIND_VOLATILE => format!("volatile {}", self.type_name(inner())),
-            sys::BTF_KIND_ARRAY => "array".to_owned(),
-            0 => "void".to_owned(),
-            _ if name.is_empty() => format!("type {id}"),
-            _ => name.to_owned(),
+        let inner = |x: &dyn BtfType| match x.get_type_id() {
+            Some(next) => self.type_name(next),
+            None => format!("type {id}"),
+        };
+        match &t {
+            Type::Void => "void".to_owned(),
+            Type::Struct(x) => format!("struct {}", self.name_of(x)),
+            Type::Union(x) => format!("union {}", self.name_of(x)),
+            Type::Enum(x) => format!("enum {}", self.name_of(x)),
+            Type::Enum64(x) => format!("enum {}", self.name_of(x)),
+            Type::Ptr(x) => format!("{} *", inner(x)),
+            Type::Const(x) => format!("const {}", inner(x)),
+            Type::Volatile(x) => format!("volatile {}", inner(x)),
+            Type::Array(_) => "array".to_owned(),
+            t => match t.as_btf_type().map(|x| self.name_of(x)) {
+                Some(name) if !name.is_empty() => name,
+                _ => format!("type {id}"),
+            },
         }
-    }
-}
-
-impl Drop for RawBtf {
-    fn drop(&mut self) {
-        // SAFETY: `self.ptr` is owned and freed exactly once.
-        unsafe { sys::btf__free(self.ptr.as_ptr()) };
     }
 }
 
@@ -288,40 +271,23 @@ impl Drop for RawBtf {
 ///
 /// Walking the BTF ids needs CAP_SYS_ADMIN; the fd, once open, needs nothing.
 pub fn object_fd(name: &str) -> Result<OwnedFd> {
-    let mut id = 0u32;
-    loop {
-        let mut next = 0u32;
-        // SAFETY: `next` is a valid out pointer.
-        if unsafe { sys::bpf_btf_get_next_id(id, &mut next) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENOENT) {
-                bail!("no kernel BTF object named {name} (is the module loaded?)");
-            }
-            return Err(e).context("BPF_BTF_GET_NEXT_ID");
+    let mut objects = BtfInfoIter::default();
+    let Some(info) = objects.find(|i| i.name.as_encoded_bytes() == name.as_bytes()) else {
+        // The walk stops at its first error: ENOENT past the last id, or why it failed.
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            bail!("no kernel BTF object named {name} (is the module loaded?)");
         }
-        id = next;
-        // SAFETY: no pointer arguments.
-        let fd = unsafe { sys::bpf_btf_get_fd_by_id(id) };
-        if fd < 0 {
-            continue; // freed meanwhile
-        }
-        // SAFETY: a new fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut buf = [0u8; 64];
-        // SAFETY: all-zero is a valid bpf_btf_info.
-        let mut info: sys::bpf_btf_info = unsafe { std::mem::zeroed() };
-        info.name = buf.as_mut_ptr() as u64;
-        info.name_len = buf.len() as u32;
-        let mut len = std::mem::size_of::<sys::bpf_btf_info>() as u32;
-        // SAFETY: `info` and `buf` outlive the call, with their sizes given.
-        let r = unsafe {
-            sys::bpf_btf_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len)
-        };
-        if r == 0 && CStr::from_bytes_until_nul(&buf).is_ok_and(|n| n.to_bytes() == name.as_bytes())
-        {
-            return Ok(fd);
-        }
+        return Err(e).context("walking the kernel BTF objects (BPF_BTF_GET_NEXT_ID)");
+    };
+    // SAFETY: no pointer arguments.
+    let fd = unsafe { libbpf_sys::bpf_btf_get_fd_by_id(info.id) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("BPF_BTF_GET_FD_BY_ID of {name} (BTF id {})", info.id));
     }
+    // SAFETY: a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// How to show a value.
@@ -363,6 +329,7 @@ pub struct Field {
 }
 
 /// Where a per-cpu variable lives.
+#[derive(Debug)]
 pub struct PercpuVar {
     /// `None` for vmlinux, else the module.
     pub module: Option<String>,
@@ -370,70 +337,65 @@ pub struct PercpuVar {
     pub name: String,
     /// The variable's type, as C would name it.
     pub type_name: String,
-    btf: RawBtf,
+    btf: KernelBtf,
     type_id: u32,
-    // Declared after `btf`, so dropped after it: a module's BTF refers to its base.
-    _base: Option<RawBtf>,
 }
 
-impl fmt::Debug for PercpuVar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PercpuVar")
-            .field("module", &self.module)
-            .field("name", &self.name)
-            .field("type_name", &self.type_name)
-            .finish()
-    }
+/// A member found inside a struct or union: its type, bit offset and bitfield width.
+struct FoundMember {
+    type_id: u32,
+    bit_offset: u64,
+    bitfield: Option<u32>,
 }
 
 impl PercpuVar {
     /// Finds the per-cpu variable `name` in vmlinux, or else in a loaded module.
     pub fn find(name: &str) -> Result<Self> {
-        let vmlinux = RawBtf::vmlinux()?;
-        if let Some(var) = vmlinux.find(name, sys::BTF_KIND_VAR) {
+        let is_var = |t: &Type| matches!(t, Type::Var(_));
+        let vmlinux = KernelBtf::vmlinux()?;
+        if let Some(var) = vmlinux.find(name, is_var)? {
             if !vmlinux.is_percpu(var)? {
                 bail!(
                     "{name} is a vmlinux variable but not a per-cpu one (not in {PERCPU_SECTION})"
                 );
             }
-            return Self::new(None, name, vmlinux, var, None);
+            return Self::new(name, vmlinux, var);
         }
-        let mut mods: Vec<String> = std::fs::read_dir("/sys/kernel/btf")
-            .context("reading /sys/kernel/btf")?
+        let mut mods: Vec<String> = std::fs::read_dir(SYSFS_BTF)
+            .with_context(|| format!("reading {SYSFS_BTF}"))?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter(|m| m != "vmlinux")
             .collect();
         mods.sort();
         for m in mods {
-            let Ok(btf) = RawBtf::module(&vmlinux, &m) else {
+            // A module that went away meanwhile has nothing to offer.
+            let Ok(btf) = KernelBtf::module(&vmlinux, &m) else {
                 continue;
             };
-            if let Some(var) = btf.find(name, sys::BTF_KIND_VAR) {
+            if let Some(var) = btf.find(name, is_var)? {
                 if !btf.is_percpu(var)? {
                     bail!("{name} is a variable of module {m} but not a per-cpu one");
                 }
-                return Self::new(Some(m), name, btf, var, Some(vmlinux));
+                return Self::new(name, btf, var);
             }
         }
         bail!("no per-cpu variable {name} in the BTF of vmlinux or of any loaded module")
     }
 
-    fn new(
-        module: Option<String>,
-        name: &str,
-        btf: RawBtf,
-        var: u32,
-        base: Option<RawBtf>,
-    ) -> Result<Self> {
-        // SAFETY: a VAR uses the `type_` arm of the union.
-        let type_id = unsafe { btf.ty(var)?.__bindgen_anon_1.type_ };
+    fn new(name: &str, btf: KernelBtf, var: u32) -> Result<Self> {
+        let Type::Var(v) = btf.ty(var)? else {
+            bail!(
+                "{}: BTF type {var} ({name}) is not a variable",
+                btf.object()
+            );
+        };
+        let type_id = btf.next(&v, var)?;
         Ok(Self {
-            module,
+            module: btf.module.clone(),
             name: name.to_owned(),
             type_name: btf.type_name(type_id),
             btf,
             type_id,
-            _base: base,
         })
     }
 
@@ -446,34 +408,29 @@ impl PercpuVar {
         let mut bitfield = None;
         let mut walked = self.name.clone();
         for &want in path {
-            let rid = btf.resolve(id)?;
-            let t = btf.ty(rid)?;
-            if !matches!(kind(t), sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION) {
+            let (rid, t) = btf.resolve(id)?;
+            if !matches!(t, Type::Struct(_) | Type::Union(_)) {
                 bail!("{walked} is {}, which has no fields", btf.type_name(rid));
             }
-            let (m_id, m_bits, m_size) = self
-                .find_member(rid, want)?
+            let m = self
+                .find_member(&t, want)?
                 .ok_or_else(|| anyhow!("{} has no field {want}", btf.type_name(rid)))?;
-            bit_off += m_bits;
-            bitfield = (m_size != 0).then_some(m_size);
-            id = m_id;
+            bit_off += m.bit_offset;
+            bitfield = m.bitfield;
+            id = m.type_id;
             walked = format!("{walked}.{want}");
         }
-        let rid = btf.resolve(id)?;
-        let t = btf.ty(rid)?;
+        let (rid, t) = btf.resolve(id)?;
         let size = btf.size(rid)?;
-        let int_signed = match kind(t) {
-            // SAFETY: an INT type is followed by its u32 encoding word.
-            sys::BTF_KIND_INT => {
-                Some(unsafe { *(t as *const sys::btf_type).add(1).cast::<u32>() } >> 24 & 1 != 0)
-            }
-            sys::BTF_KIND_ENUM | sys::BTF_KIND_ENUM64 => Some(kflag(t)),
+        let int_signed = match &t {
+            Type::Int(x) => Some(x.is_signed()),
+            Type::Enum(x) => Some(x.is_signed()),
+            Type::Enum64(x) => Some(x.is_signed()),
             _ => None,
         };
-        let kind_of = kind;
-        let mut kind = match (kind_of(t), int_signed) {
+        let mut kind = match (&t, int_signed) {
             (_, Some(signed)) if matches!(size, 1 | 2 | 4 | 8) => ValueKind::Int { signed },
-            (sys::BTF_KIND_PTR, _) => ValueKind::Ptr,
+            (Type::Ptr(_), _) => ValueKind::Ptr,
             _ => ValueKind::Bytes,
         };
         let (mut offset, mut read) = (bit_off / 8, size);
@@ -483,16 +440,15 @@ impl PercpuVar {
             read = 8;
             kind = ValueKind::Bitfield {
                 shift: (bit_off % 64) as u32,
-                bits: bits as u32,
+                bits,
                 signed: int_signed.unwrap_or(false),
             };
         } else if !bit_off.is_multiple_of(8) {
             bail!("{walked} is not byte aligned");
         }
-        let members = if matches!(kind_of(t), sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION) {
-            self.member_names(rid)?
-        } else {
-            Vec::new()
+        let members = match &t {
+            Type::Struct(_) | Type::Union(_) => self.member_names(&t)?,
+            _ => Vec::new(),
         };
         Ok(Field {
             offset,
@@ -503,43 +459,53 @@ impl PercpuVar {
         })
     }
 
-    // The member names of struct/union `id`, with anonymous members flattened.
-    fn member_names(&self, id: u32) -> Result<Vec<String>> {
+    /// The members of struct or union `t`.
+    fn members(t: &Type) -> &[Member] {
+        match t {
+            Type::Struct(s) | Type::Union(s) => &s.members,
+            _ => &[],
+        }
+    }
+
+    // The member names of struct/union `t`, with anonymous members flattened.
+    fn member_names(&self, t: &Type) -> Result<Vec<String>> {
         let btf = &self.btf;
         let mut names = Vec::new();
-        for m in btf.members(btf.ty(id)?) {
-            match btf.name(m.name_off) {
-                "" => names.extend(self.member_names(btf.resolve(m.type_)?)?),
+        for m in Self::members(t) {
+            match btf.name_of(m).as_str() {
+                "" => {
+                    let (_, inner) = btf.resolve(btf.next(m, 0)?)?;
+                    names.extend(self.member_names(&inner)?);
+                }
                 n => names.push(n.to_owned()),
             }
         }
         Ok(names)
     }
 
-    // Finds `want` among the members of struct/union `id`, looking into anonymous ones.
-    // Returns (type, bit offset, bitfield size or 0).
-    fn find_member(&self, id: u32, want: &str) -> Result<Option<(u32, u64, u64)>> {
+    // Finds `want` among the members of struct/union `t`, looking into anonymous ones.
+    fn find_member(&self, t: &Type, want: &str) -> Result<Option<FoundMember>> {
         let btf = &self.btf;
-        let t = btf.ty(id)?;
-        for m in btf.members(t) {
-            let (bits, bsize) = if kflag(t) {
-                (u64::from(m.offset & 0xff_ffff), u64::from(m.offset >> 24))
-            } else {
-                (u64::from(m.offset), 0)
-            };
-            let name = btf.name(m.name_off);
+        for m in Self::members(t) {
+            let type_id = btf.next(m, 0)?;
+            let bit_offset = u64::from(m.bit_offset());
+            let name = btf.name_of(m);
             if name == want {
-                return Ok(Some((m.type_, bits, bsize)));
+                return Ok(Some(FoundMember {
+                    type_id,
+                    bit_offset,
+                    // A struct with the kind flag gives every member a width, 0 for
+                    // members that are not bitfields.
+                    bitfield: m.bitfield_size().filter(|&bits| bits != 0),
+                }));
             }
             if name.is_empty() {
-                let rid = btf.resolve(m.type_)?;
-                if matches!(
-                    kind(btf.ty(rid)?),
-                    sys::BTF_KIND_STRUCT | sys::BTF_KIND_UNION
-                ) {
-                    if let Some((ty, inner, bs)) = self.find_member(rid, want)? {
-                        return Ok(Some((ty, bits + inner, bs)));
-                    }
+                let (_, inner) = btf.resolve(type_id)?;
+                if let Some(found) = self.find_member(&inner, want)? {
+                    return Ok(Some(FoundMember {
+                        bit_offset: bit_offset + found.bit_offset,
+                        ..found
+                    }));
                 }
             }
         }

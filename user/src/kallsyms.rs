@@ -1,8 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! /proc/kallsyms lookups.
+//! The kernel's symbols: lookups by name in /proc/kallsyms, and symbolization of kernel
+//! addresses through blazesym.
+//!
+//! blazesym's kallsyms symbolizer turns addresses into functions ([`KernelSymbolizer`]).
+//! The lookups stay here: blazesym 0.2.7 has no inverse lookup of kallsyms (its
+//! `inspect` sources are ELF and Breakpad files) and reports no module for a kallsyms
+//! symbol, while rkf looks symbols up per module (`name [module]`) and refuses names
+//! that are not unique.
+
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use blazesym::{
+    symbolize::{
+        source::{Kernel, Source},
+        Input, Symbolized, Symbolizer,
+    },
+    MaybeDefault,
+};
 
 /// One /proc/kallsyms line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,11 +33,16 @@ pub struct Symbol {
     pub module: Option<String>,
 }
 
+impl Symbol {
+    /// Whether the symbol is code (`T`, `t`, `W`, `w`).
+    pub fn is_text(&self) -> bool {
+        matches!(self.kind, 'T' | 't' | 'W' | 'w')
+    }
+}
+
 /// The kernel's symbol table.
 pub struct Kallsyms {
     syms: Vec<Symbol>,
-    /// Indices of the text symbols, sorted by address, for [`Kallsyms::symbolize`].
-    text: Vec<usize>,
 }
 
 impl Kallsyms {
@@ -55,23 +76,7 @@ impl Kallsyms {
                 module,
             });
         }
-        let mut text: Vec<usize> = (0..syms.len())
-            .filter(|&i| matches!(syms[i].kind, 'T' | 't' | 'W' | 'w'))
-            .collect();
-        // Among symbols at one address, section markers (`__sched_text_start`, `_stext`)
-        // sort first, so that the function, last, is the one `symbolize()` names.
-        let marker = |n: &str| n.ends_with("_start") || n.ends_with("_text") || n == "_stext";
-        text.sort_by_key(|&i| (syms[i].addr, !marker(&syms[i].name)));
-        Ok(Self { syms, text })
-    }
-
-    /// The text symbol `addr` falls in, and the offset into it: the last text symbol at
-    /// or below `addr`.  (Kallsyms has no sizes; an address past a function's end is
-    /// attributed to it.)
-    pub fn symbolize(&self, addr: u64) -> Option<(&Symbol, u64)> {
-        let pos = self.text.partition_point(|&i| self.syms[i].addr <= addr);
-        let sym = &self.syms[*self.text.get(pos.checked_sub(1)?)?];
-        Some((sym, addr - sym.addr))
+        Ok(Self { syms })
     }
 
     /// Every symbol, in /proc/kallsyms order.
@@ -92,6 +97,104 @@ impl Kallsyms {
             (Some(_), Some(_)) => bail!("symbol {name} is not unique in {where_} (/proc/kallsyms)"),
         }
     }
+
+    /// The function that starts at `addr`, as kallsyms names it first there (before any
+    /// section marker at the same address: kallsyms sorts those after).
+    pub fn function_at(&self, addr: u64) -> Option<&Symbol> {
+        self.syms.iter().find(|s| s.addr == addr && s.is_text())
+    }
+}
+
+/// Kernel addresses to functions, with blazesym's kallsyms symbolizer.
+///
+/// The symbols are read at the first lookup and kept: make a new one to see symbols
+/// that appeared since (programs loaded, modules loaded).
+pub struct KernelSymbolizer {
+    symbolizer: Symbolizer,
+    source: Source<'static>,
+}
+
+/// A function that an address is in, and the offset of the address into it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The function.
+    pub name: String,
+    /// The offset into it.
+    pub offset: u64,
+}
+
+impl Default for KernelSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KernelSymbolizer {
+    /// A symbolizer over /proc/kallsyms.
+    pub fn new() -> Self {
+        Self::with_kallsyms(MaybeDefault::Default)
+    }
+
+    /// A symbolizer over a file in the format of /proc/kallsyms.
+    pub fn from_file(path: impl Into<PathBuf>) -> Self {
+        Self::with_kallsyms(MaybeDefault::Some(path.into()))
+    }
+
+    fn with_kallsyms(kallsyms: MaybeDefault<PathBuf>) -> Self {
+        // kallsyms only: it has every symbol, modules and BPF programs included, and
+        // matches the running kernel by construction.
+        let source = Source::Kernel(Kernel {
+            kallsyms,
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        Self {
+            symbolizer: Symbolizer::new(),
+            source,
+        }
+    }
+
+    /// Reads the symbols now rather than at the first lookup.
+    pub fn preload(&self) -> Result<()> {
+        self.symbolize(&[0]).map(drop)
+    }
+
+    /// The function each of `addrs` is in (`None` where no symbol covers it).
+    pub fn symbolize(&self, addrs: &[u64]) -> Result<Vec<Option<Frame>>> {
+        let syms = self
+            .symbolizer
+            .symbolize(&self.source, Input::AbsAddr(addrs))
+            .context("symbolizing kernel addresses (/proc/kallsyms)")?;
+        Ok(syms
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) => Some(Frame {
+                    name: sym.name.into_owned(),
+                    offset: sym.offset as u64,
+                }),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect())
+    }
+
+    /// The function `addr` is in, if a symbol covers it.
+    pub fn frame(&self, addr: u64) -> Option<Frame> {
+        self.symbolize(&[addr]).ok()?.pop().flatten()
+    }
+
+    /// The name of the function `addr` is in, if a symbol covers it.
+    pub fn name(&self, addr: u64) -> Option<String> {
+        self.frame(addr).map(|f| f.name)
+    }
+
+    /// `function+0xoffset`, or the address in hex where no symbol covers it.
+    pub fn describe(&self, addr: u64) -> String {
+        match self.frame(addr) {
+            Some(f) => format!("{}+{:#x}", f.name, f.offset),
+            None => format!("{addr:#x}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -101,6 +204,8 @@ mod tests {
     const TEXT: &str = "\
 ffffffff81000000 T _text
 0000000000032a40 D runqueues
+ffffffff82000000 t __schedule
+ffffffff82000000 T __sched_text_start
 ffffffff82a4b020 t dup
 ffffffff82a4b040 t dup
 ffffffffc0002000 T bpf_rkf_per_cpu_ptr\t[rkf_percpu]
@@ -125,21 +230,63 @@ ffffffffc0004000 d rkf_percpu_probe\t[rkf_percpu]
     }
 
     #[test]
-    fn symbolize() {
+    fn function_at() {
         let k = Kallsyms::parse(TEXT).unwrap();
-        let (s, off) = k.symbolize(0xffffffff81000010).unwrap();
-        assert_eq!((s.name.as_str(), off), ("_text", 0x10));
-        let (s, off) = k.symbolize(0xffffffffc0002004).unwrap();
+        let f = k.function_at(0xffffffffc0002000).unwrap();
         assert_eq!(
-            (s.name.as_str(), s.module.as_deref(), off),
-            ("bpf_rkf_per_cpu_ptr", Some("rkf_percpu"), 4)
+            (f.name.as_str(), f.module.as_deref()),
+            ("bpf_rkf_per_cpu_ptr", Some("rkf_percpu"))
         );
-        assert!(k.symbolize(0x1000).is_none());
+        assert_eq!(
+            k.function_at(0xffffffff82000000).unwrap().name,
+            "__schedule"
+        );
+        assert_eq!(k.function_at(0xffffffffc0002001), None);
+        assert_eq!(k.function_at(0x32a40), None);
     }
 
     #[test]
     fn bad_line() {
         assert!(Kallsyms::parse("ffff T\n").is_err());
         assert!(Kallsyms::parse("zz T x\n").is_err());
+    }
+
+    /// kallsyms as the kernel sorts it (scripts/kallsyms.c puts section markers such as
+    /// `__sched_text_start` after the function at their address), symbolized by blazesym.
+    #[test]
+    fn symbolize() {
+        let path = std::env::temp_dir().join(format!("rkf-kallsyms-{}", std::process::id()));
+        let sorted = "\
+ffffffff81000000 T _text
+ffffffff82000000 t __schedule
+ffffffff82000000 T __sched_text_start
+ffffffffc0002000 T bpf_rkf_per_cpu_ptr\t[rkf_percpu]
+";
+        std::fs::write(&path, sorted).unwrap();
+        let s = KernelSymbolizer::from_file(&path);
+        let frames = s
+            .symbolize(&[
+                0xffffffff81000010,
+                0xffffffff82000040,
+                0xffffffffc0002004,
+                0x1000,
+            ])
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let frame = |name: &str, offset| {
+            Some(Frame {
+                name: name.to_owned(),
+                offset,
+            })
+        };
+        assert_eq!(
+            frames,
+            [
+                frame("_text", 0x10),
+                frame("__schedule", 0x40),
+                frame("bpf_rkf_per_cpu_ptr", 4),
+                None
+            ]
+        );
     }
 }

@@ -5,11 +5,13 @@
 pub mod btf;
 pub mod cpus;
 pub mod kallsyms;
+pub mod limits;
 pub mod modules;
 pub mod multi;
 pub mod percpu;
 pub mod perf;
 pub mod profile;
+pub mod skeleton;
 
 mod skel {
     #![allow(clippy::all, missing_docs)]

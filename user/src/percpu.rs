@@ -5,10 +5,7 @@
 use std::mem::MaybeUninit;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{
-    skel::{OpenSkel, SkelBuilder},
-    ProgramInput,
-};
+use libbpf_rs::ProgramInput;
 
 use crate::{
     btf::{Field, PercpuVar, ValueKind},
@@ -16,6 +13,7 @@ use crate::{
     kallsyms::Kallsyms,
     modules,
     skel::percpu_read::PercpuReadSkelBuilder,
+    skeleton,
 };
 
 /// The most bytes read per cpu (`RKF_MAX_VALUE` in percpu_read.bpf.c).
@@ -90,20 +88,18 @@ pub fn read(target: &Target) -> Result<Vec<Reading>> {
     let size = target.field.size.min(MAX_VALUE);
 
     let mut obj = MaybeUninit::uninit();
-    let open = PercpuReadSkelBuilder::default()
-        .open(&mut obj)
-        .context("opening the percpu_read BPF object")?;
-    let mut skel = open
-        .load()
-        .context("loading the percpu_read BPF program (needs CAP_BPF and CAP_PERFMON)")?;
-    let bss = skel
-        .maps
-        .bss_data
-        .as_deref_mut()
-        .context("percpu_read has no .bss")?;
-    bss.target_addr = target.symbol_addr.wrapping_add(target.field.offset);
-    bss.value_size = size as u32;
-    bss.nr_cpus = nr;
+    let skel = skeleton::load::<PercpuReadSkelBuilder>(&mut obj, "percpu_read.bpf.c", |open| {
+        let bss = open
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("percpu_read has no .bss")?;
+        bss.target_addr = target.symbol_addr.wrapping_add(target.field.offset);
+        bss.value_size = size as u32;
+        bss.nr_cpus = nr;
+        Ok(())
+    })
+    .context("the percpu_read program (needs CAP_BPF and CAP_PERFMON)")?;
     let out = skel
         .progs
         .read_percpu

@@ -1,32 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `perf_event_open(2)`: cpu-clock sampling events, the trigger of perf_event programs.
+//!
+//! `struct perf_event_attr` and the system call come from the perf-event-open-sys crate
+//! (bindings generated from include/uapi/linux/perf_event.h); this module is the small
+//! safe interface that rkf needs on top.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use anyhow::{bail, Result};
+use perf_event_open_sys::{bindings as sys, perf_event_open};
 
-/// `PERF_SAMPLE_CALLCHAIN`.
-pub const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-/// `perf_event_attr.freq`: `sample_period` is a frequency in Hz.
-const ATTR_FLAG_FREQ: u64 = 1 << 10;
-
-// struct perf_event_attr (include/uapi/linux/perf_event.h): the fields up to the flags
-// word, then zeroes up to the 128 bytes of PERF_ATTR_SIZE_VER8.
-#[repr(C)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period_or_freq: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    rest: [u64; 10],
-}
+/// `PERF_SAMPLE_CALLCHAIN`: the sample records perf's own callchain.
+pub const PERF_SAMPLE_CALLCHAIN: u64 = sys::PERF_SAMPLE_CALLCHAIN as u64;
 
 /// How often a cpu-clock event samples.
 #[derive(Clone, Copy, Debug)]
@@ -49,38 +35,30 @@ pub enum Target {
 /// Opens a cpu-clock event on `target` that samples as `sampling` says, with
 /// `sample_type` (for example [`PERF_SAMPLE_CALLCHAIN`]).
 pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> Result<OwnedFd> {
-    let (value, flags) = match sampling {
-        Sampling::Period(ns) => (ns, 0),
-        Sampling::Frequency(hz) => (hz, ATTR_FLAG_FREQ),
+    let mut attr = sys::perf_event_attr {
+        type_: sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<sys::perf_event_attr>() as u32,
+        config: sys::PERF_COUNT_SW_CPU_CLOCK.into(),
+        sample_type,
+        ..Default::default()
     };
-    if value == 0 {
+    match sampling {
+        Sampling::Period(ns) => attr.__bindgen_anon_1.sample_period = ns,
+        Sampling::Frequency(hz) => {
+            attr.__bindgen_anon_1.sample_freq = hz;
+            attr.set_freq(1);
+        }
+    }
+    if matches!(sampling, Sampling::Period(0) | Sampling::Frequency(0)) {
         bail!("perf_event_open(cpu-clock): a sample period or frequency of 0 samples nothing");
     }
-    let attr = PerfEventAttr {
-        type_: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_period_or_freq: value,
-        sample_type,
-        read_format: 0,
-        flags,
-        rest: [0; 10],
-    };
     let (pid, cpu) = match target {
         Target::ThisThread => (0, -1),
         Target::Cpu(c) => (-1, c as i32),
     };
-    // SAFETY: `attr` is a valid perf_event_attr of the size it says; no group, no flags.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            pid,
-            cpu,
-            -1,
-            0,
-        )
-    };
+    // SAFETY: `attr` is a whole perf_event_attr, zeroed but for the fields set above, of
+    // the size it says; no group and no flags.
+    let fd = unsafe { perf_event_open(&mut attr, pid, cpu, -1, 0) };
     if fd < 0 {
         bail!(
             "perf_event_open(cpu-clock, {target:?}, {sampling:?}): {}",
@@ -88,5 +66,5 @@ pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> R
         );
     }
     // SAFETY: a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -20,28 +20,21 @@ use std::{
 use anyhow::{bail, ensure, Context, Result};
 use blazesym::{
     symbolize::{
-        source::{Kernel, Process, Source},
+        source::{Process, Source},
         Input, Symbolized, Symbolizer,
     },
-    MaybeDefault, Pid,
+    Pid,
 };
-use libbpf_rs::{
-    skel::{OpenSkel, SkelBuilder},
-    Link, RingBufferBuilder,
-};
+use libbpf_rs::{Link, RingBufferBuilder};
 
 use crate::{
-    cpus, modules,
+    cpus,
+    kallsyms::KernelSymbolizer,
+    limits, modules,
     perf::{open_cpu_clock, Sampling, Target},
     skel::profile::ProfileSkelBuilder,
+    skeleton,
 };
-
-/// Frames per stack: `MAX_FRAMES` in profile.bpf.c (the kernel's default
-/// `perf_event_max_stack`).
-const MAX_FRAMES: usize = 127;
-/// The highest sampling frequency accepted here; the kernel caps it further with
-/// `kernel.perf_event_max_sample_rate`.
-pub const MAX_FREQUENCY: u64 = 10_000;
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -63,12 +56,8 @@ pub struct Options {
 impl Options {
     /// Checks the options, saying what is wrong.
     pub fn validate(&self) -> Result<()> {
-        ensure!(
-            (1..=MAX_FREQUENCY).contains(&self.frequency),
-            "the frequency must be 1 to {MAX_FREQUENCY} Hz, not {}",
-            self.frequency
-        );
-        ensure!(!self.duration.is_zero(), "the duration must be more than 0");
+        limits::check_frequency(self.frequency).map_err(anyhow::Error::msg)?;
+        limits::check_duration(self.duration).map_err(anyhow::Error::msg)?;
         ensure!(
             self.kernel || self.user,
             "nothing to sample: neither kernel nor user stacks"
@@ -83,34 +72,24 @@ impl Options {
     }
 }
 
-/// `struct rkf_profile_sample` of profile.bpf.c.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RawSample {
-    tgid: u32,
-    pid: u32,
-    kernel_ret: i32,
-    user_ret: i32,
-    comm: [u8; 16],
-    kernel: [u64; MAX_FRAMES],
-    user: [u64; MAX_FRAMES],
+/// `struct rkf_profile_sample` of profile.bpf.c, as the skeleton defines it.
+type Sample = crate::skel::profile::types::rkf_profile_sample;
+
+// SAFETY: the skeleton's `rkf_profile_sample` is a `repr(C)` struct of integers and arrays
+// of integers, so every bit pattern of its size is a valid value.
+unsafe impl plain::Plain for Sample {}
+
+/// A ring buffer record as a sample; `None` if it is too short to be one.
+fn parse_sample(data: &[u8]) -> Option<Sample> {
+    let mut s = Sample::default();
+    plain::copy_from_bytes(&mut s, data).ok()?;
+    Some(s)
 }
 
-impl RawSample {
-    fn parse(data: &[u8]) -> Option<Self> {
-        if data.len() < std::mem::size_of::<Self>() {
-            return None;
-        }
-        // SAFETY: `data` holds at least a RawSample's bytes, and every bit pattern is a
-        // valid RawSample (integers only); read_unaligned takes any alignment.
-        Some(unsafe { data.as_ptr().cast::<Self>().read_unaligned() })
-    }
-
-    /// The frames of a stack that the kfunc returned `ret` bytes of, innermost first.
-    fn frames(stack: &[u64], ret: i32) -> &[u64] {
-        let n = usize::try_from(ret).unwrap_or(0) / 8;
-        &stack[..n.min(stack.len())]
-    }
+/// The frames of a stack that the kfunc returned `ret` bytes of, innermost first.
+fn frames(stack: &[u64], ret: i32) -> &[u64] {
+    let n = usize::try_from(ret).unwrap_or(0) / 8;
+    &stack[..n.min(stack.len())]
 }
 
 /// A recorded profile: folded stacks and their sample counts.
@@ -130,6 +109,7 @@ pub struct Profile {
 
 /// Symbolises addresses, caching names: kernel addresses once, user addresses per process.
 struct Names {
+    kernel_symbolizer: KernelSymbolizer,
     symbolizer: Symbolizer,
     kernel: HashMap<u64, String>,
     user: HashMap<(u32, u64), String>,
@@ -148,6 +128,7 @@ fn frame_name(s: &Symbolized<'_>) -> String {
 impl Names {
     fn new() -> Self {
         Self {
+            kernel_symbolizer: KernelSymbolizer::new(),
             symbolizer: Symbolizer::new(),
             kernel: HashMap::new(),
             user: HashMap::new(),
@@ -165,15 +146,11 @@ impl Names {
         }
         new.sort_unstable();
         new.dedup();
-        // kallsyms only: it has every symbol, modules included, and matches the running
-        // kernel by construction.
-        let src = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Kernel::default()
-        });
-        let names: Vec<String> = match self.symbolizer.symbolize(&src, Input::AbsAddr(&new)) {
-            Ok(syms) => syms.iter().map(frame_name).collect(),
+        let names: Vec<String> = match self.kernel_symbolizer.symbolize(&new) {
+            Ok(frames) => frames
+                .into_iter()
+                .map(|f| f.map_or_else(|| UNKNOWN.to_string(), |f| f.name.replace(';', ":")))
+                .collect(),
             Err(_) => vec![UNKNOWN.to_string(); new.len()],
         };
         self.kernel.extend(new.into_iter().zip(names));
@@ -206,13 +183,18 @@ impl Names {
 
     /// The folded line of a sample: comm, then user frames, then kernel frames, each
     /// outermost first.
-    fn fold(&mut self, s: &RawSample) -> String {
-        let kernel = RawSample::frames(&s.kernel, s.kernel_ret);
-        let user = RawSample::frames(&s.user, s.user_ret);
+    fn fold(&mut self, s: &Sample) -> String {
+        let kernel = frames(&s.kernel, s.kernel_ret);
+        let user = frames(&s.user, s.user_ret);
         self.learn_kernel(kernel);
         self.learn_user(s.tgid, user);
-        let comm_len = s.comm.iter().position(|&b| b == 0).unwrap_or(s.comm.len());
-        let comm = String::from_utf8_lossy(&s.comm[..comm_len]).replace(';', ":");
+        let comm: Vec<u8> = s
+            .comm
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&b| b != 0)
+            .collect();
+        let comm = String::from_utf8_lossy(&comm).replace(';', ":");
         let mut line = comm;
         for a in user.iter().rev() {
             line.push(';');
@@ -233,10 +215,7 @@ pub fn record(opts: &Options) -> Result<Profile> {
     opts.validate()?;
     modules::require("rkf_stack")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = ProfileSkelBuilder::default()
-        .open(&mut obj)
-        .context("opening the profile BPF object")?;
-    {
+    let skel = skeleton::load::<ProfileSkelBuilder>(&mut obj, "profile.bpf.c", |open| {
         let bss = open
             .maps
             .bss_data
@@ -246,20 +225,27 @@ pub fn record(opts: &Options) -> Result<Profile> {
         bss.want_kernel = opts.kernel.into();
         bss.want_user = opts.user.into();
         bss.include_idle = opts.include_idle.into();
-    }
-    let skel = open
-        .load()
-        .context("loading the profile BPF program (needs CAP_BPF and CAP_PERFMON)")?;
+        Ok(())
+    })
+    .context("the profile program (needs CAP_BPF and CAP_PERFMON)")?;
 
-    let raw: RefCell<Vec<RawSample>> = RefCell::new(Vec::new());
+    let raw: RefCell<Vec<Sample>> = RefCell::new(Vec::new());
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.samples, |data: &[u8]| {
-        if let Some(s) = RawSample::parse(data) {
+        if let Some(s) = parse_sample(data) {
             raw.borrow_mut().push(s);
         }
         0
     })?;
     let rb = rb.build()?;
+
+    // The kernel's symbols are read before sampling starts: under a slow kernel (KASAN,
+    // TCG) reading /proc/kallsyms takes seconds, during which the ring buffer would fill.
+    let mut names = Names::new();
+    names
+        .kernel_symbolizer
+        .preload()
+        .context("reading the kernel's symbols")?;
 
     let cpus = cpus::online()?;
     let mut events: Vec<(OwnedFd, Link)> = Vec::with_capacity(cpus.len());
@@ -273,7 +259,6 @@ pub fn record(opts: &Options) -> Result<Profile> {
         events.push((fd, link));
     }
 
-    let mut names = Names::new();
     let mut profile = Profile {
         cpus: cpus.len(),
         ..Profile::default()

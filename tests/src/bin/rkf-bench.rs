@@ -11,10 +11,8 @@ use std::mem::MaybeUninit;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
-use libbpf_rs::{
-    skel::{OpenSkel, Skel, SkelBuilder},
-    ProgramInput,
-};
+use libbpf_rs::ProgramInput;
+use rkf::skeleton;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]
@@ -165,14 +163,18 @@ fn stack_bench(rounds: usize) -> Result<()> {
     rkf::modules::require("rkf_stack")?;
     rkf::modules::require("rkf_testmod")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = BenchStackSkelBuilder::default().open(&mut obj)?;
-    open.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_tgid = std::process::id();
-    let mut skel = open.load().context("loading bench_stack.bpf.c")?;
-    skel.attach().context("attaching bench_stack.bpf.c")?;
+    let mut skel = skeleton::load_and_attach::<BenchStackSkelBuilder>(
+        &mut obj,
+        "bench_stack.bpf.c",
+        |open| {
+            open.maps
+                .bss_data
+                .as_deref_mut()
+                .context("no .bss")?
+                .target_tgid = std::process::id();
+            Ok(())
+        },
+    )?;
 
     // The frames below rkf_testmod_recurse() (syscall entry, test_run, the programs).
     let base = frames_at(&mut skel, 0)?;
@@ -243,11 +245,15 @@ mod multi {
     };
 
     use anyhow::{bail, Context, Result};
-    use libbpf_rs::{
-        libbpf_sys as sys,
-        skel::{OpenSkel, SkelBuilder},
+    use libbpf_rs::libbpf_sys as sys;
+    use nix::{
+        sys::resource::{setrlimit, Resource},
+        unistd::getpgid,
     };
-    use rkf::multi::{self, Func, Link};
+    use rkf::{
+        multi::{self, Func, Link},
+        skeleton,
+    };
 
     use crate::skel::bench_multi::BenchMultiSkelBuilder;
 
@@ -261,15 +267,24 @@ mod multi {
     /// An empty program (`r0 = 0; exit`) of type TRACING for `attach_type`, loaded against
     /// vmlinux BTF id `btf_id` (0 for the multi attach types).
     fn empty_tracing_prog(attach_type: u32, btf_id: u32) -> Result<OwnedFd> {
-        // SAFETY: all-zero instructions and options are valid starting points.
-        let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
-        insns[0].code = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
-        insns[1].code = 0x95; // BPF_JMP | BPF_EXIT
-                              // SAFETY: as above.
-        let mut opts: sys::bpf_prog_load_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of::<sys::bpf_prog_load_opts>() as _;
-        opts.expected_attach_type = attach_type;
-        opts.attach_btf_id = btf_id;
+        let insns = [
+            // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
+            sys::bpf_insn {
+                code: 0xb7,
+                ..Default::default()
+            },
+            // BPF_JMP | BPF_EXIT
+            sys::bpf_insn {
+                code: 0x95,
+                ..Default::default()
+            },
+        ];
+        let mut opts = sys::bpf_prog_load_opts {
+            sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+            expected_attach_type: attach_type,
+            attach_btf_id: btf_id,
+            ..Default::default()
+        };
         // SAFETY: valid instructions, license and options for the duration of the call.
         let fd = unsafe {
             sys::bpf_prog_load(
@@ -345,15 +360,12 @@ mod multi {
         Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
     }
 
-    fn kb_free() -> u64 {
-        std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find(|l| l.starts_with("MemFree:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0)
+    /// `MemFree` of /proc/meminfo, in bytes.
+    fn bytes_free() -> Result<u64> {
+        use procfs::Current;
+        Ok(procfs::Meminfo::current()
+            .context("reading /proc/meminfo")?
+            .mem_free)
     }
 
     /// Attach time, detach time and memory per function of one method on `funcs`.
@@ -364,18 +376,18 @@ mod multi {
     }
 
     fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
-        let free0 = kb_free();
+        let free0 = bytes_free()?;
         let t0 = Instant::now();
         let held = attach()?;
         let attach = t0.elapsed();
-        let free1 = kb_free();
+        let free1 = bytes_free()?;
         let t1 = Instant::now();
         drop(held);
         let detach = t1.elapsed();
         Ok(Cost {
             attach,
             detach,
-            bytes_per_func: (free0 as i64 - free1 as i64) * 1024 / n as i64,
+            bytes_per_func: (free0 as i64 - free1 as i64) / n as i64,
         })
     }
 
@@ -392,8 +404,8 @@ mod multi {
         std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
         for _ in 0..CALLS {
-            // SAFETY: a plain syscall.
-            unsafe { libc::syscall(libc::SYS_getpgid, 0) };
+            // The result is known: this process's group.
+            let _ = getpgid(None);
         }
         t.elapsed()
     }
@@ -401,22 +413,13 @@ mod multi {
     pub(super) fn bench() -> Result<()> {
         rkf::modules::require("rkf_multi")?;
         // 1,000 single fentry links are 2,000 fds (programs and links).
-        let lim = libc::rlimit {
-            rlim_cur: 8192,
-            rlim_max: 8192,
-        };
-        // SAFETY: a valid rlimit.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            bail!(
-                "setrlimit(RLIMIT_NOFILE, 8192): {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        setrlimit(Resource::RLIMIT_NOFILE, 8192, 8192).context("setrlimit(RLIMIT_NOFILE, 8192)")?;
         let mut obj = MaybeUninit::uninit();
-        let skel = BenchMultiSkelBuilder::default()
-            .open(&mut obj)?
-            .load()
-            .context("loading bench_multi.bpf.c")?;
+        let skel = skeleton::load::<BenchMultiSkelBuilder>(
+            &mut obj,
+            "bench_multi.bpf.c",
+            skeleton::as_built,
+        )?;
 
         // Every function both rkf and the kernel's links can take.
         let pool = multi::resolve(&["*"])?;

@@ -6,9 +6,11 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use comfy_table::CellAlignment::{Left, Right};
 
 use rkf::{
     btf::ValueKind,
+    limits,
     percpu::{self, Reading, Target, MAX_VALUE},
     profile,
 };
@@ -43,12 +45,12 @@ enum Cmd {
     /// interrupted task's stacks with bpf_rkf_get_stack_pe(). Without --folded or --svg,
     /// the folded stacks go to stdout.
     Profile {
-        /// Samples per second on each cpu.
-        #[arg(short = 'F', long, default_value_t = 49)]
+        /// Samples per second on each cpu (1 to 10000).
+        #[arg(short = 'F', long, default_value = "49", value_parser = limits::parse_frequency)]
         frequency: u64,
-        /// Seconds to sample.
-        #[arg(short, long, default_value_t = 5.0)]
-        duration: f64,
+        /// Seconds to sample (fractions allowed, at most a day).
+        #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
+        duration: Duration,
         /// Only this process (all its threads); the whole system otherwise.
         #[arg(short, long)]
         pid: Option<u32>,
@@ -77,9 +79,9 @@ enum Cmd {
         /// Function names or globs.
         #[arg(required = true)]
         globs: Vec<String>,
-        /// Seconds to count.
-        #[arg(short, long, default_value_t = 5.0)]
-        duration: f64,
+        /// Seconds to count (fractions allowed, at most a day).
+        #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
+        duration: Duration,
         /// Print the N most called functions.
         #[arg(short = 'n', long, default_value_t = 20)]
         top: usize,
@@ -109,12 +111,9 @@ fn main() -> Result<()> {
             folded,
             svg,
         } => {
-            if !(duration.is_finite() && duration > 0.0 && duration <= 86_400.0) {
-                bail!("the duration must be more than 0 and at most a day, not {duration}");
-            }
             let opts = profile::Options {
                 frequency,
-                duration: Duration::from_secs_f64(duration),
+                duration,
                 pid,
                 kernel: !user_only,
                 user: !kernel_only,
@@ -126,12 +125,7 @@ fn main() -> Result<()> {
             globs,
             duration,
             top,
-        } => {
-            if !(duration.is_finite() && duration > 0.0 && duration <= 86_400.0) {
-                bail!("the duration must be more than 0 and at most a day, not {duration}");
-            }
-            cmd_funccount(&globs, Duration::from_secs_f64(duration), top)
-        }
+        } => cmd_funccount(&globs, duration, top),
         Cmd::Links { verbose } => cmd_links(verbose),
     }
 }
@@ -150,10 +144,11 @@ fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()>
     for (why, names) in &c.skipped {
         println!("  left out {}: {why} (e.g. {})", names.len(), names[0]);
     }
-    println!("{:<40} {:>12}", "FUNC", "COUNT");
+    let mut table = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
     for (name, n) in c.counts.iter().take(top) {
-        println!("{name:<40} {n:>12}");
+        table.row([name.clone(), n.to_string()]);
     }
+    table.print();
     if c.counts.len() > top {
         println!("... {} more functions were called", c.counts.len() - top);
     }
@@ -166,39 +161,64 @@ fn cmd_links(verbose: bool) -> Result<()> {
         println!("no rkf_multi links");
         return Ok(());
     }
-    let ksyms = rkf::kallsyms::Kallsyms::load().ok();
-    println!(
-        "{:>6} {:>8} {:<6} {:>7} {:>12} {:>8}",
-        "LINK", "PROG", "TYPE", "FUNCS", "HITS", "MISSES"
+    // Without the symbol table (no root), the functions are shown as addresses.
+    let ksyms = verbose
+        .then(rkf::kallsyms::Kallsyms::load)
+        .and_then(Result::ok);
+    let mut table = Columns::new(
+        1,
+        &[
+            ("LINK", Right, 6),
+            ("PROG", Right, 8),
+            ("TYPE", Left, 6),
+            ("FUNCS", Right, 7),
+            ("HITS", Right, 12),
+            ("MISSES", Right, 8),
+        ],
+    );
+    let mut funcs = Columns::new(
+        1,
+        &[
+            ("LINK", Right, 6),
+            ("FUNC", Left, 40),
+            ("HITS", Right, 12),
+            ("MISSES", Right, 8),
+            ("COOKIE", Right, 8),
+        ],
     );
     for l in &links {
         let hits: u64 = l.funcs.iter().map(|f| f.hits).sum();
         let misses: u64 = l.funcs.iter().map(|f| f.misses).sum();
         let kind = if l.fexit { "fexit" } else { "fentry" };
-        println!(
-            "{:>6} {:>8} {:<6} {:>7} {:>12} {:>8}",
-            l.id,
-            l.prog_id,
-            kind,
-            l.funcs.len(),
-            hits,
-            misses
-        );
-        if verbose {
-            for f in &l.funcs {
-                let name = ksyms
-                    .as_ref()
-                    .and_then(|k| k.symbolize(f.addr))
-                    .map_or_else(
-                        || format!("{:#x}", f.addr),
-                        |(s, _)| rkf::multi::qualified_name(&s.name, s.module.as_deref()),
-                    );
-                println!(
-                    "         {name:<40} hits {:>10} misses {:>6} cookie {:#x}",
-                    f.hits, f.misses, f.cookie
+        table.row([
+            l.id.to_string(),
+            l.prog_id.to_string(),
+            kind.to_string(),
+            l.funcs.len().to_string(),
+            hits.to_string(),
+            misses.to_string(),
+        ]);
+        for f in l.funcs.iter().filter(|_| verbose) {
+            let name = ksyms
+                .as_ref()
+                .and_then(|k| k.function_at(f.addr))
+                .map_or_else(
+                    || format!("{:#x}", f.addr),
+                    |s| rkf::multi::qualified_name(&s.name, s.module.as_deref()),
                 );
-            }
+            funcs.row([
+                l.id.to_string(),
+                name,
+                f.hits.to_string(),
+                f.misses.to_string(),
+                format!("{:#x}", f.cookie),
+            ]);
         }
+    }
+    table.print();
+    if verbose {
+        println!();
+        funcs.print();
     }
     Ok(())
 }
@@ -298,35 +318,107 @@ fn cmd_percpu(spec: &str, show_addr: bool, hex: bool) -> Result<()> {
         Ok(bytes) => percpu::format_value(c.target.field.kind, bytes, hex),
         Err(e) => format!("<read error {e}>"),
     };
-    let rows = columns[0].readings.len();
-    let widths: Vec<usize> = columns
-        .iter()
-        .map(|c| {
-            (0..rows)
-                .map(|i| cell(c, i).len())
-                .chain([c.title.len(), 12])
-                .max()
-                .unwrap_or(12)
-        })
-        .collect();
-
-    let mut header = format!("{:>5}", "CPU");
+    let mut spec = vec![("CPU", Right, 5)];
     if show_addr {
-        header += &format!("  {:>18}", "ADDRESS");
+        spec.push(("ADDRESS", Right, 18));
     }
-    for (c, w) in columns.iter().zip(&widths) {
-        header += &format!("  {:>w$}", c.title);
-    }
-    println!("{header}");
-    for i in 0..rows {
-        let mut line = format!("{:>5}", columns[0].readings[i].cpu);
+    spec.extend(columns.iter().map(|c| (c.title.as_str(), Right, 12)));
+    let mut table = Columns::new(2, &spec);
+    for (i, reading) in columns[0].readings.iter().enumerate() {
+        let mut row = vec![reading.cpu.to_string()];
         if show_addr {
-            line += &format!("  {:>#18x}", columns[0].readings[i].addr);
+            row.push(format!("{:#x}", reading.addr));
         }
-        for (c, w) in columns.iter().zip(&widths) {
-            line += &format!("  {:>w$}", cell(c, i));
-        }
-        println!("{line}");
+        row.extend(columns.iter().map(|c| cell(c, i)));
+        table.row(row);
     }
+    table.print();
     Ok(())
+}
+
+/// A table as perf and bcc print them: a header line, then aligned columns, without
+/// borders; each column at least as wide as given.
+struct Columns(comfy_table::Table);
+
+impl Columns {
+    /// A table of `columns` (title, alignment, least width), `gap` spaces apart.
+    fn new(gap: u16, columns: &[(&str, comfy_table::CellAlignment, u16)]) -> Self {
+        use comfy_table::{ColumnConstraint::LowerBoundary, Width::Fixed};
+
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::NOTHING);
+        t.set_header(columns.iter().map(|c| c.0).collect::<Vec<_>>());
+        for (i, (col, &(_, align, width))) in t.column_iter_mut().zip(columns).enumerate() {
+            // The gap goes before every column but the first; widths include it.
+            let pad = if i == 0 { 0 } else { gap };
+            col.set_cell_alignment(align);
+            col.set_padding((pad, 0))
+                .set_constraint(LowerBoundary(Fixed(width + pad)));
+        }
+        Self(t)
+    }
+
+    /// Adds a row.
+    fn row<T: Into<comfy_table::Cell>>(&mut self, cells: impl IntoIterator<Item = T>) {
+        self.0
+            .add_row(cells.into_iter().map(Into::into).collect::<Vec<_>>());
+    }
+
+    /// Prints the table, without trailing blanks.
+    fn print(&self) {
+        println!("{}", self.0.trim_fmt());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables keep the layout of the format strings they replace.
+    #[test]
+    fn tables() {
+        let mut t = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
+        t.row(["vfs_read", "766"]);
+        t.row(["vfs_open", "16"]);
+        let old = [
+            format!("{:<40} {:>12}", "FUNC", "COUNT"),
+            format!("{:<40} {:>12}", "vfs_read", 766),
+            format!("{:<40} {:>12}", "vfs_open", 16),
+        ];
+        assert_eq!(t.0.trim_fmt(), old.join("\n"));
+
+        let mut t = Columns::new(
+            2,
+            &[
+                ("CPU", Right, 5),
+                ("ADDRESS", Right, 18),
+                ("VALUE", Right, 12),
+            ],
+        );
+        t.row(["0", "0xffff88807dc26f68", "0"]);
+        t.row(["1", "0xffff88807dd26f68", "1"]);
+        let old = [
+            format!("{:>5}  {:>18}  {:>12}", "CPU", "ADDRESS", "VALUE"),
+            format!("{:>5}  {:>#18x}  {:>12}", 0, 0xffff88807dc26f68u64, 0),
+            format!("{:>5}  {:>#18x}  {:>12}", 1, 0xffff88807dd26f68u64, 1),
+        ];
+        assert_eq!(t.0.trim_fmt(), old.join("\n"));
+    }
+
+    /// A cell wider than its column widens the column, where a format string would
+    /// push the rest of its line out of line.
+    #[test]
+    fn wide_cells() {
+        let long = "a_function_name_longer_than_forty_characters_x";
+        let mut t = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
+        t.row([long, "1"]);
+        t.row(["short", "22"]);
+        let w = long.len();
+        let want = [
+            format!("{:<w$} {:>12}", "FUNC", "COUNT"),
+            format!("{long:<w$} {:>12}", 1),
+            format!("{:<w$} {:>12}", "short", 22),
+        ];
+        assert_eq!(t.0.trim_fmt(), want.join("\n"));
+    }
 }

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The sampling frequencies and durations rkf accepts, each checked by one function.
+//!
+//! The `parse_*` functions are the CLI's clap value parsers; the `check_*` functions are
+//! what they and the library's own checks ([`crate::profile::Options::validate`]) run.
+
+use std::time::Duration;
+
+/// The highest sampling frequency accepted; the kernel caps it further with
+/// `kernel.perf_event_max_sample_rate`.
+pub const MAX_FREQUENCY: u64 = 10_000;
+/// The longest duration accepted: a day.
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
+/// Checks a sampling frequency in Hz: 1 to [`MAX_FREQUENCY`].
+pub fn check_frequency(hz: u64) -> Result<u64, String> {
+    if (1..=MAX_FREQUENCY).contains(&hz) {
+        Ok(hz)
+    } else {
+        Err(format!(
+            "the frequency must be 1 to {MAX_FREQUENCY} Hz, not {hz}"
+        ))
+    }
+}
+
+/// Parses and checks a sampling frequency in Hz (`-F`).
+pub fn parse_frequency(s: &str) -> Result<u64, String> {
+    let hz = s
+        .parse::<u64>()
+        .map_err(|e| format!("{s:?} is not a frequency in Hz: {e}"))?;
+    check_frequency(hz)
+}
+
+/// Checks a duration: more than 0 and at most [`MAX_DURATION`].
+pub fn check_duration(d: Duration) -> Result<Duration, String> {
+    if !d.is_zero() && d <= MAX_DURATION {
+        Ok(d)
+    } else {
+        Err(duration_error(d.as_secs_f64()))
+    }
+}
+
+fn duration_error(secs: f64) -> String {
+    format!("the duration must be more than 0 and at most a day, not {secs}")
+}
+
+/// Parses and checks a duration in seconds, fractions allowed (`-d`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs = s
+        .parse::<f64>()
+        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    // NaN, infinities and negative numbers are no duration.
+    check_duration(Duration::try_from_secs_f64(secs).map_err(|_| duration_error(secs))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frequencies() {
+        assert_eq!(parse_frequency("49"), Ok(49));
+        assert_eq!(parse_frequency("10000"), Ok(10_000));
+        assert_eq!(
+            parse_frequency("0"),
+            Err("the frequency must be 1 to 10000 Hz, not 0".to_owned())
+        );
+        assert_eq!(
+            parse_frequency("10001"),
+            Err("the frequency must be 1 to 10000 Hz, not 10001".to_owned())
+        );
+        assert!(parse_frequency("x")
+            .unwrap_err()
+            .starts_with("\"x\" is not a frequency in Hz"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("86400"), Ok(MAX_DURATION));
+        for (s, shown) in [("0", "0"), ("nan", "NaN"), ("-1", "-1"), ("inf", "inf")] {
+            assert_eq!(
+                parse_duration(s),
+                Err(format!(
+                    "the duration must be more than 0 and at most a day, not {shown}"
+                ))
+            );
+        }
+        assert_eq!(
+            parse_duration("86401"),
+            Err("the duration must be more than 0 and at most a day, not 86401".to_owned())
+        );
+        // Less than a nanosecond is no time at all.
+        assert_eq!(
+            parse_duration("1e-10"),
+            Err("the duration must be more than 0 and at most a day, not 0".to_owned())
+        );
+        assert!(parse_duration("5s")
+            .unwrap_err()
+            .starts_with("\"5s\" is not a number of seconds"));
+    }
+}
