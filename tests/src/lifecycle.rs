@@ -252,38 +252,60 @@ fn multi_traced_module_pinned() -> Result<()> {
     Ok(())
 }
 
-/// rmmod right after heavy fexit traffic, with a task asleep inside a traced function
+/// rmmod right after heavy fexit traffic, with a task blocked inside a traced function
 /// (its fexit frame in flight): the unload waits for the task to come back through the
 /// trampoline, which then runs no program, and nothing breaks.
+///
+/// The task blocks reading an eventfd (in `eventfd_read()`, which nothing else in the VM
+/// reads) until the test writes to it, which it does only once rmmod is seen waiting
+/// (the module is `going`): no step depends on how fast the machine is.
 fn multi_rmmod_in_flight() -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use std::time::Instant;
 
-    use nix::{
-        sys::time::TimeSpec,
-        time::{clock_nanosleep, ClockId, ClockNanosleepFlags},
-    };
+    use nix::sys::eventfd::EventFd;
 
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
+    let event = Arc::new(EventFd::new().context("eventfd")?);
+    /// Releases the reader when the test ends, also on failure: a task left blocked in a
+    /// traced function would hold up rmmod, and the runner's exit, for good.
+    struct Release(Arc<EventFd>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let _ = self.0.write(1);
+        }
+    }
+    let release;
     let sleeper = {
         let mut obj = MaybeUninit::uninit();
         let (skel, funcs) = crate::multi::setup(&mut obj)?;
-        let sleep = rkf::multi::resolve(&["hrtimer_nanosleep"])?.funcs;
+        let read = rkf::multi::resolve(&["eventfd_read"])?.funcs;
         let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let _sleep = rkf::multi::Link::attach(&skel.progs.count_fexit3, &sleep, None)
+        let blocked = rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        // Enters hrtimer_nanosleep() through the trampoline, fexit pending, for 3 s.
-        let sleeper = std::thread::spawn(|| {
-            // What nanosleep(2) does in glibc: one clock_nanosleep(CLOCK_REALTIME).
-            let r = clock_nanosleep(
-                ClockId::CLOCK_REALTIME,
-                ClockNanosleepFlags::empty(),
-                &TimeSpec::new(3, 0),
-            );
+        // Enters eventfd_read() through the trampoline, fexit pending, until the test
+        // writes the eventfd.
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let ev = event.clone();
+        let sleeper = std::thread::spawn(move || {
+            let _ = tid_tx.send(nix::unistd::gettid().as_raw());
+            let r = ev.read();
             (r, Instant::now())
         });
+        let tid = tid_rx.recv().context("the reader's task id")?;
+        release = Release(event.clone());
+        // It cannot return before the write: wait until it sleeps in eventfd_read().
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !blocked_in(tid, "eventfd_read")? {
+            check!(
+                Instant::now() < deadline,
+                "the reader never blocked in eventfd_read()"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let stop = AtomicBool::new(false);
         let fd =
             std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&skel.progs.plain_fentry));
@@ -308,29 +330,76 @@ fn multi_rmmod_in_flight() -> Result<()> {
             }
             Ok(())
         })?;
+        drop(blocked);
         sleeper
     };
-    // Links closed, programs released, the sleeper still inside hrtimer_nanosleep().
+    // Links closed, programs released, the reader still inside eventfd_read(): nothing
+    // wrote.
     check!(
         !sleeper.is_finished(),
-        "the sleeper came back before the links were closed"
+        "the reader came back before anything was written"
     );
-    rmmod_wait(MULTI, Duration::from_secs(20))?;
-    let unloaded = Instant::now();
-    let (r, woke) = sleeper.join().expect("the sleeper panicked");
+    let rmmod = std::thread::spawn(|| {
+        // The links' programs are released after grace periods: rmmod is refused (EAGAIN)
+        // until then.
+        let r = rmmod_wait(MULTI, Duration::from_secs(120));
+        (r, Instant::now())
+    });
+    // rmmod runs the module's exit, which waits for the reader's frame: the module is
+    // going, and stays so while the reader is blocked.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while module_state(MULTI)?.as_deref() != Some("going") {
+        check!(
+            !rmmod.is_finished(),
+            "rmmod finished with a fexit frame in flight"
+        );
+        check!(
+            Instant::now() < deadline,
+            "rmmod never started unloading rkf_multi"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    check!(
+        !rmmod.is_finished(),
+        "rmmod finished while a task was still inside a traced function"
+    );
+    event.write(7).context("releasing the reader")?;
+    let (r, woke) = sleeper.join().expect("the reader panicked");
+    drop(release);
+    let (unloaded, unloaded_at) = rmmod.join().expect("the rmmod thread panicked");
+    unloaded?;
     diag!(
-        "rkf_multi unloaded {:?} after the sleeper came back through the trampoline",
-        unloaded.saturating_duration_since(woke)
+        "rkf_multi unloaded {:?} after the reader came back through the trampoline",
+        unloaded_at.saturating_duration_since(woke)
     );
     check_eq!(
         r,
-        Ok(TimeSpec::new(0, 0)),
-        "clock_nanosleep() through the trampoline: result and time left"
+        Ok(7),
+        "eventfd read() through the trampoline: the value written"
     );
     check!(
-        unloaded >= woke,
+        unloaded_at >= woke,
         "rmmod finished before the in-flight fexit frame returned"
     );
     insmod(&ko).context("insmod rkf_multi again")?;
     crate::multi::smoke().context("rkf_multi after reload")
+}
+
+/// Whether task `tid` of this process sleeps in the kernel function `func`
+/// (/proc/self/task/TID/wchan names the function a sleeping task waits in).
+fn blocked_in(tid: i32, func: &str) -> Result<bool> {
+    let wchan = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan"))
+        .with_context(|| format!("the wait channel of task {tid}"))?;
+    Ok(wchan.trim() == func)
+}
+
+/// The state of module `name` (/sys/module/NAME/initstate: live, coming, going), or
+/// `None` once it is gone.
+fn module_state(name: &str) -> Result<Option<String>> {
+    match std::fs::read_to_string(format!("/sys/module/{name}/initstate")) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("/sys/module/{name}/initstate")),
+    }
 }

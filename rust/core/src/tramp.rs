@@ -142,7 +142,12 @@ pub fn len(nr_args: u32, saved: u32, nr_progs: u32, m: &Mitigations) -> usize {
     // accounting, prologue 1+3+4, stores 4 each, count 8, address 10+4, per program
     // 10+4 + accounting + 5, loads 4 each, leave, the return.
     let a = m.account_len();
-    a + 8 + 4 * saved as usize + 8 + 14 + (19 + a) * nr_progs as usize + 4 * nr_args as usize
+    a + 8
+        + 4 * saved as usize
+        + 8
+        + 14
+        + (19 + a) * nr_progs as usize
+        + 4 * nr_args as usize
         + 1
         + m.return_len()
 }
@@ -208,7 +213,10 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let mut o = Out { buf, pos: 0 };
     let account = |o: &mut Out<'_>| -> Result<(), EmitError> {
         if let Some(c) = m.call_depth {
-            if !(c.emit)(at.wrapping_add(o.pos as u64), &mut o.buf[o.pos..o.pos + c.len]) {
+            if !(c.emit)(
+                at.wrapping_add(o.pos as u64),
+                &mut o.buf[o.pos..o.pos + c.len],
+            ) {
                 return Err(EmitError::Accounting);
             }
             o.pos += c.len;

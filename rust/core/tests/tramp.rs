@@ -33,7 +33,9 @@ fn disasm(code: &[u8], at: u64) -> (Vec<Instruction>, Vec<String>) {
         f.format(&i, &mut s);
         insns.push(i);
         text.push(s);
-        if matches!(i.mnemonic(), Mnemonic::Int3) || i.flow_control() == FlowControl::UnconditionalBranch {
+        if matches!(i.mnemonic(), Mnemonic::Int3)
+            || i.flow_control() == FlowControl::UnconditionalBranch
+        {
             break;
         }
     }
@@ -41,7 +43,13 @@ fn disasm(code: &[u8], at: u64) -> (Vec<Instruction>, Vec<String>) {
 }
 
 /// What the trampoline must be, in the formatter's syntax.
-fn expected(nr_args: usize, saved: usize, addr: u64, slots: &[u64], m: &Mitigations) -> Vec<String> {
+fn expected(
+    nr_args: usize,
+    saved: usize,
+    addr: u64,
+    slots: &[u64],
+    m: &Mitigations,
+) -> Vec<String> {
     let account = |e: &mut Vec<String>| {
         if m.call_depth.is_some() {
             e.push("ACCOUNT".to_string());
@@ -144,7 +152,10 @@ fn check(at: u64, t: &Spec<'_>) {
                 assert_eq!(Some(i.near_branch_target()), m.return_thunk, "jmp target");
                 *s = "jmp THUNK".to_string();
             }
-            Mnemonic::Ret => assert!(m.return_thunk.is_none(), "a ret where the cpu wants return thunks"),
+            Mnemonic::Ret => assert!(
+                m.return_thunk.is_none(),
+                "a ret where the cpu wants return thunks"
+            ),
             Mnemonic::Sar => {
                 // sar qword ptr gs:[rip+disp], 5 on __x86_call_depth.
                 assert_eq!(i.segment_prefix(), Register::GS, "{s}");
@@ -176,7 +187,10 @@ fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'
 }
 
 fn on(m: Mitigations, t: Spec<'_>) -> Spec<'_> {
-    Spec { mitigations: m, ..t }
+    Spec {
+        mitigations: m,
+        ..t
+    }
 }
 
 #[test]
@@ -244,7 +258,10 @@ fn refusals() {
     };
     let mut tb = vec![0u8; len(1, 1, 1, &thunked(0))];
     assert_eq!(
-        bad(&mut tb, &on(thunked(at + (1 << 32)), tramp(1, 1, 0, &slots, at))),
+        bad(
+            &mut tb,
+            &on(thunked(at + (1 << 32)), tramp(1, 1, 0, &slots, at))
+        ),
         Err(EmitError::TooFar)
     );
     let counted = Mitigations {
