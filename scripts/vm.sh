@@ -63,7 +63,10 @@ kdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$flavour") || exit 1
 image=$kdir/arch/x86/boot/bzImage
 command -v vng >/dev/null || die "vng (virtme-ng) is not installed: run scripts/install-deps.sh"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is not installed: run scripts/install-deps.sh"
-if [[ -n $cpu ]] && ! qemu-system-x86_64 -cpu help | awk '$1 == "x86" { print $2 }' | grep -qxF -- "$cpu"; then
+# The models are the indented lines under "Available CPUs:" (older qemu prefixes "x86").
+if [[ -n $cpu ]] && ! qemu-system-x86_64 -cpu help |
+	awk '/^Available CPUs:/ { f = 1; next } f && !/^ / { exit } f { print ($1 == "x86") ? $2 : $1 }' |
+	grep -qxF -- "$cpu"; then
 	die "qemu has no x86 cpu model '$cpu' (qemu-system-x86_64 -cpu help lists them)"
 fi
 
