@@ -33,6 +33,7 @@ save_build_link() {
 	if [[ -L $build_link ]]; then
 		saved="link"
 		saved_target=$(readlink "$build_link")
+		rm -f "$build_link"
 	elif [[ -e $build_link ]]; then
 		saved=moved
 		mv "$build_link" "$backup"
