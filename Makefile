@@ -2,18 +2,19 @@
 #
 # rkf: out-of-tree Rust-for-Linux modules that give BPF programs new kfuncs.
 #
-#   make run        the main job: boot the bench kernel with the modules, show them working
-#   make check      all tests: host tests, module build, kselftests in a VM on the test kernel
+#   make run        the main job: boot the distro kernel with the modules, show them working
+#   make check      all tests: host tests, module build, kselftests in VMs on both kernels
 #
 #   make modules    build the modules for KDIR (default: the cached test kernel)
-#   make kernel     build (or find in the cache) the test and bench kernels
+#   make kernel     build (or find in the cache) the test and distro kernels
 #   make user       build the rkf CLI and the selftest runner
 #   make host-test  cargo test of the pure-Rust parts, and the bad-input checks
 #   make lint       rustfmt, cargo fmt, checkpatch
 #   make vm-test    the kselftests in a VM on the test kernel
-#   make bench      the benchmarks in a VM on the bench kernel (-icount), into build/bench.md
+#   make vm-test-distro  the kselftests in a VM on the distro kernel (Debian's config)
+#   make bench      the benchmarks in a VM on the distro kernel (-icount), into build/bench.md
 #   make dkms-check  package with the real dkms, load what it installed in a VM, smoke-test
-#   make selftests-package  the kselftests as an installable directory and tarball
+#   make selftests-package  the kselftests as installable directories and tarballs, one per kernel
 #   make host-fuzz  time-bounded fuzzing of the pure rules (RKF_FUZZ_SECS per target)
 #   make install    modules_install of the three modules (INSTALL_MOD_PATH=, KDIR= as above)
 #   make clean
@@ -30,32 +31,44 @@ export RKF_WERROR
 
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
-.PHONY: all deps kernel kernel-test kernel-bench modules modules-test modules-bench user \
-	host-test host-fuzz lint vm-test bench dkms-check selftests-package install check run clean help
+.PHONY: all deps kernel kernel-test kernel-distro modules modules-test modules-distro user \
+	host-test host-fuzz lint vm-test vm-test-distro bench dkms-check selftests-package \
+	selftests-package-test selftests-package-distro install check run clean help
 
 all: modules user
 
 help:
-	@sed -n '3,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,19p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
 
-kernel: kernel-test kernel-bench
-kernel-test kernel-bench: kernel-%: deps
-	@scripts/kernel.sh build $*
+# The test kernel (tinyconfig + fragments, clang, KASAN, lockdep) and the distro kernel
+# (Debian's own config, GCC).  The distro kernel's differences from Debian's config are
+# copied to build/distro-config-diff.txt (with a summary by cause beside it).
+kernel: kernel-test kernel-distro
+kernel-test: deps
+	@scripts/kernel.sh build test
+kernel-distro: deps
+	@scripts/kernel.sh build distro
+	@mkdir -p "$(BUILD)"
+	@kdir=$$(scripts/kernel.sh dir distro) && \
+		cp "$$kdir/distro-config-diff.txt" "$$kdir/distro-config-summary.txt" "$(BUILD)/"
 
 # ---- modules ---------------------------------------------------------------------
 # KDIR is any patched 7.3 build tree; by default the cached test kernel (built on demand).
 # Objects go to build/<name of KDIR>/ so that one checkout builds for several kernels.
+# The modules are built with the tree's own compiler family: LLVM=1 only for a tree
+# configured with clang (CONFIG_CC_IS_CLANG); scripts/check-kdir.sh checks the versions.
 ifeq ($(origin KDIR),undefined)
 modules install: kernel-test
 modules install: KDIR = $(shell scripts/kernel.sh dir test 2>/dev/null)
 endif
+KDIR_LLVM = $(if $(shell grep -sqx 'CONFIG_CC_IS_CLANG=y' "$(KDIR)/.config" && echo y),LLVM=1)
 modules:
 	@scripts/check-kdir.sh "$(KDIR)"
 	@mkdir -p "$(BUILD)/$(notdir $(KDIR))"
-	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))" LLVM=1 CLIPPY=1 modules
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))" $(KDIR_LLVM) CLIPPY=1 modules
 	@scripts/check-btf.sh "$(BUILD)/$(notdir $(KDIR))" $(MODULES)
 
 # modules_install of rkf_percpu, rkf_stack and rkf_multi (built apart, without the
@@ -63,13 +76,13 @@ modules:
 install:
 	@scripts/check-kdir.sh "$(KDIR)"
 	@mkdir -p "$(BUILD)/$(notdir $(KDIR))-install"
-	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" LLVM=1 \
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" $(KDIR_LLVM) \
 		RKF_TESTMOD=n modules
-	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" LLVM=1 \
+	$(MAKE) -C "$(KDIR)" M="$(RKF_ROOT)" MO="$(BUILD)/$(notdir $(KDIR))-install" $(KDIR_LLVM) \
 		RKF_TESTMOD=n INSTALL_MOD_DIR=updates modules_install
 
 # The modules for each cached kernel.
-modules-test modules-bench: modules-%: kernel-%
+modules-test modules-distro: modules-%: kernel-%
 	@$(MAKE) --no-print-directory modules KDIR="$$(scripts/kernel.sh dir $*)"
 
 # ---- userspace -------------------------------------------------------------------
@@ -92,27 +105,35 @@ host-fuzz:
 lint: kernel-test
 	scripts/lint.sh
 
-# The bench kernel's modules are needed too: a test checks that the test kernel refuses them.
-# A module stripped of its BTF, for the test that such a module refuses to load.
-# The kselftests run from their installed package, as a user would run them.
-vm-test: selftests-package
-	scripts/vm.sh test -- tests/guest-selftests.sh
+# The kselftests run from their installed package, as a user would run them: one package
+# per kernel, each with the modules built for it, rkf_testmod, a copy of rkf_percpu
+# without its BTF (for the test that such a module is refused) and, as the "foreign"
+# modules, the ones built for the other kernel (for the test that the kernel refuses them).
+# Each VM run that make reads results from has its own result directory (vm.sh --out).
+vm-test: selftests-package-test
+	scripts/vm.sh test --out build/vm/vm-test -- tests/guest-selftests.sh
 
-selftests-package: modules-test modules-bench user
-	scripts/selftests-package.sh "$$(scripts/kernel.sh dir test)" "$$(scripts/kernel.sh dir bench)"
+vm-test-distro: selftests-package-distro
+	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh
 
-bench: modules-bench user
-	scripts/vm.sh bench --bench -- tests/guest-bench.sh
-	@cp build/vm/last/bench.md build/bench.md && echo "results in build/bench.md"
+selftests-package: selftests-package-test selftests-package-distro
+selftests-package-test: modules-test modules-distro user
+	scripts/selftests-package.sh "$$(scripts/kernel.sh dir test)" "$$(scripts/kernel.sh dir distro)"
+selftests-package-distro: modules-test modules-distro user
+	scripts/selftests-package.sh "$$(scripts/kernel.sh dir distro)" "$$(scripts/kernel.sh dir test)"
 
-dkms-check: selftests-package
+bench: modules-distro user
+	scripts/vm.sh distro --bench --out build/vm/bench -- tests/guest-bench.sh
+	@cp build/vm/bench/bench.md build/bench.md && echo "results in build/bench.md"
+
+dkms-check: selftests-package-test
 	scripts/dkms-check.sh
 
-check: deps lint host-test host-fuzz vm-test dkms-check run bench
+check: deps lint host-test host-fuzz vm-test vm-test-distro dkms-check run bench
 
-run: modules-bench user
-	scripts/vm.sh bench -- tests/guest-demo.sh
-	@cp build/vm/last/profile.svg build/vm/last/profile.folded build/ && \
+run: modules-distro user
+	scripts/vm.sh distro --out build/vm/run -- tests/guest-demo.sh
+	@cp build/vm/run/profile.svg build/vm/run/profile.folded build/ && \
 		echo "rkf profile's flame graph: build/profile.svg (folded stacks: build/profile.folded)"
 
 clean:

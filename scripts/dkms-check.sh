@@ -8,7 +8,9 @@
 #   3. run a smoke subset of the kselftests against them;
 #   4. check that dkms refuses, with its "BUILD_EXCLUSIVE" exit (77), a kernel tree whose
 #      config lacks CONFIG_RUST.
-# Leaves nothing installed: the package is removed at the end, pass or fail.
+# Leaves nothing installed: the package is removed at the end, pass or fail, and
+# /lib/modules/<release>/build is restored to exactly what it was (a link to somewhere else,
+# a directory, or nothing) on every way out.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -21,18 +23,45 @@ src=/usr/src/$name-$version
 tmp=$(mktemp -d)
 
 # /lib/modules/<release> with its build link, as the kernel's packages would make it:
-# dkms installs there.  Made here only if missing, and then removed again.
+# dkms installs there.  Made here only if missing, and then removed again.  Whatever was
+# at .../build before (a link, a directory or file, or nothing) is put back at the end.
 moddir=/lib/modules/$release
-made_moddir=
+build_link=$moddir/build
+made_moddir='' saved='' saved_target=''
+backup=$moddir/.build.rkf-dkms-check.$$
+save_build_link() {
+	if [[ -L $build_link ]]; then
+		saved="link"
+		saved_target=$(readlink "$build_link")
+		rm -f "$build_link"
+	elif [[ -e $build_link ]]; then
+		saved=moved
+		mv "$build_link" "$backup"
+	else
+		saved=none
+	fi
+}
+restore_build_link() {
+	case $saved in
+	link) rm -f "$build_link" && ln -s "$saved_target" "$build_link" ;;
+	moved) rm -f "$build_link" && mv "$backup" "$build_link" ;;
+	none) rm -f "$build_link" ;;
+	esac
+	saved=
+}
 cleanup() {
 	dkms remove "$name/$version" --all >/dev/null 2>&1 || true
 	rm -rf "$src" "$tmp"
+	restore_build_link
 	if [[ -n $made_moddir ]]; then
 		rm -rf "$moddir"
 		made_moddir=
 	fi
 }
 trap cleanup EXIT
+# An interrupted check cleans up too: the EXIT trap runs when these exit.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 cleanup
 
 log "make install into a staging root"
@@ -54,7 +83,8 @@ if [[ ! -d $moddir ]]; then
 	mkdir -p "$moddir"
 	made_moddir=1
 fi
-ln -sfn "$kdir" "$moddir/build"
+save_build_link
+ln -s "$kdir" "$build_link"
 
 dkms add "$name/$version"
 log "dkms: build and install for $release (kernel tree $kdir)"
@@ -75,7 +105,7 @@ cp "$installed"/rkf_*.ko "$mods/"
 for m in "$mods"/*.ko; do
 	cmp "$m" "$installed/$(basename "$m")"
 done
-RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" test -- tests/guest-dkms.sh
+RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" test --out "$RKF_ROOT/build/vm/dkms" -- tests/guest-dkms.sh
 
 log "dkms: a kernel tree without CONFIG_RUST must be refused"
 norust=$tmp/linux-norust

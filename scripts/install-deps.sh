@@ -36,9 +36,11 @@ if (( changed )) || [[ ! -f $stamp ]] || [[ -n $(find "$stamp" -mmin +720) ]]; t
 	touch "$stamp"
 fi
 
+# gcc: the distro kernel is built with GCC, as Debian builds it (bookworm's 12.2); openssl
+# makes its module signing key; zstd compresses its bzImage (Debian's KERNEL_ZSTD).
 pkgs=(clang-19 lld-19 llvm-19 libclang-19-dev dwarves bc flex bison libelf-dev
       libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-venv
-      busybox-static make git file elfutils dkms)
+      busybox-static make git file elfutils dkms gcc openssl zstd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -67,9 +69,12 @@ for c in rust-src clippy rustfmt; do
 		rustup component add "$c"
 	fi
 done
-if ! command -v bindgen >/dev/null; then
-	log "cargo install --locked bindgen-cli (about 2 min)"
-	cargo install --locked -q bindgen-cli
+# One bindgen version on every machine: the kernels record it (CONFIG_BINDGEN_VERSION_TEXT),
+# their cache keys hash it, and scripts/check-kdir.sh refuses a tree built with another.
+bindgen_version=0.73.2
+if [[ $(bindgen --version 2>/dev/null | head -1) != "bindgen $bindgen_version" ]]; then
+	log "cargo install --locked bindgen-cli --version $bindgen_version (about 2 min)"
+	cargo install --locked -q bindgen-cli --version "$bindgen_version"
 fi
 
 # --- virtme-ng, in a venv of its own ---------------------------------------------

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # Common helpers for the rkf scripts.  Sourced, never executed.
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this
 
 RKF_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RKF_CACHE=${RKF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkf}
@@ -11,6 +12,9 @@ export PATH="$RKF_LLVM_BIN:$HOME/.cargo/bin:$RKF_VENV/bin:$PATH"
 # The Debian package that carries the kernel source, and the only suite it may come from.
 RKF_KSRC_PKG=linux-source-7.3
 RKF_KSRC_SUITE=trixie-backports
+# The distro flavour's config: Debian's own amd64 one, from the package of the same version.
+RKF_KCONFIG_PKG=linux-config-7.3
+RKF_KCONFIG_FILE=config.amd64_none_amd64
 
 log() { printf '\033[1m[rkf]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[rkf] error:\033[0m %s\n' "$*" >&2; exit 1; }

@@ -18,6 +18,7 @@
 #                          rkf_percpu without BTF (for the tests that reload them)
 #     foreign/             the modules built for FOREIGN_KDIR, another kernel (for the test
 #                          that the kernel refuses them)
+#   build/selftests/current-KRELEASE  a link to it (the guest scripts find it by uname -r)
 #   build/rkf-selftests-VERSION-KRELEASE.tar.gz
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -25,6 +26,8 @@ source "$(dirname "$0")/lib.sh"
 kdir=${1:?KDIR}
 foreign_kdir=${2:?FOREIGN_KDIR}
 release=$(cat "$kdir/include/config/kernel.release")
+[[ $release != "$(cat "$foreign_kdir/include/config/kernel.release")" ]] ||
+	die "KDIR and FOREIGN_KDIR are both $release: the foreign modules must be for another kernel"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$RKF_ROOT/Cargo.toml" | head -1)
 name=rkf-selftests-$version-$release
 moddir=$RKF_ROOT/build/$(basename "$kdir")
@@ -32,8 +35,8 @@ foreign_moddir=$RKF_ROOT/build/$(basename "$foreign_kdir")
 pkg=$RKF_ROOT/build/selftests/$name
 
 for m in rkf_percpu rkf_stack rkf_multi rkf_testmod; do
-	[[ -f $moddir/$m.ko ]] || die "$moddir/$m.ko is missing: run make modules-test"
-	[[ -f $foreign_moddir/$m.ko ]] || die "$foreign_moddir/$m.ko is missing: run make modules-bench"
+	[[ -f $moddir/$m.ko ]] || die "$moddir/$m.ko is missing: run make modules KDIR=$kdir"
+	[[ -f $foreign_moddir/$m.ko ]] || die "$foreign_moddir/$m.ko is missing: run make modules KDIR=$foreign_kdir"
 done
 
 # Where cargo put the BPF objects of this build: the out_dir of each crate's build script.
@@ -70,5 +73,6 @@ llvm-objcopy --remove-section=.BTF --remove-section=.BTF.base \
 [[ -s $pkg/kselftest-list.txt ]] || die "rkf-selftests --list printed nothing"
 
 tar -C "$RKF_ROOT/build/selftests" -czf "$RKF_ROOT/build/$name.tar.gz" "$name"
-ln -sfn "$name" "$RKF_ROOT/build/selftests/current"
+ln -sfn "$name" "$RKF_ROOT/build/selftests/current-$release.$$"
+mv -Tf "$RKF_ROOT/build/selftests/current-$release.$$" "$RKF_ROOT/build/selftests/current-$release"
 log "kselftest package: build/$name.tar.gz ($(wc -l <"$pkg/kselftest-list.txt") tests, $(ls "$pkg/bpf" | wc -l) BPF objects)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# vm.sh FLAVOUR [--bench] -- GUEST-CMD [ARGS...]
+# vm.sh FLAVOUR [--bench] [--cpu MODEL] [--append ARGS] [--out DIR] -- GUEST-CMD [ARGS...]
 #
-# Boot the cached FLAVOUR kernel (test or bench) with virtme-ng, 2 vCPUs, the host's root
+# Boot the cached FLAVOUR kernel (test or distro) with virtme-ng, 2 vCPUs, the host's root
 # file system read-only over 9p, and run GUEST-CMD as root inside it (through
 # guest-wrap.sh) with RKF_OUT naming a host directory the guest writes into, and RKF_MODDIR
 # the directory of the modules built for this kernel.  The guest leaves in RKF_OUT:
@@ -13,36 +13,90 @@
 #   kmemleak.txt  kmemleak's report after the run, if the kernel has kmemleak
 #   status      the guest command's exit status
 #
+#   --bench         boot with -icount shift=0, so guest time counts instructions and ratios
+#                   repeat across runs
+#   --cpu MODEL     the qemu cpu model (qemu-system-x86_64 -cpu help), for example EPYC-Rome
+#                   (Zen 2: retbleed/SRSO return thunks) or Skylake-Server (with
+#                   --append retbleed=stuff: call depth tracking); the guest's header line
+#                   then names the cpu and the retbleed, spectre_v2 and spec_rstack_overflow
+#                   mitigations the kernel chose
+#   --append ARGS   more kernel command line arguments
+#   --out DIR       put the results in DIR (emptied first; it must be new, empty or an
+#                   earlier vm.sh result directory) instead of a new build/vm/FLAVOUR-DATE-PID.
+#                   Each make target that reads results passes its own, so that runs of
+#                   `make -j` do not race.  build/vm/last and build/vm/last-FLAVOUR always
+#                   name the latest run.
+#
 # The exit status is the guest's, never vng's (vng exits 255 in console mode whatever the
 # guest did).  The run fails when the VM cannot boot, when the guest leaves no status, on
 # timeout (RKF_VM_TIMEOUT, default 1200 s), and on any WARNING/BUG/Oops/KASAN/lockdep/RCU
 # splat in the kernel log, whatever the tests said.
 #
 # TCG is the default.  KVM is used only when a probe boot proved it works on this host
-# (nested KVM hangs on some); RKF_KVM=0 or 1 forces the choice.  --bench boots with
-# -icount shift=0, so guest time counts instructions and ratios repeat across runs.
+# (nested KVM hangs on some), and never with --bench or --cpu; RKF_KVM=0 or 1 forces the
+# choice.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
-flavour=${1:?flavour}; shift
-bench=0
-if [[ ${1:-} == --bench ]]; then bench=1; shift; fi
-[[ ${1:-} == -- ]] && shift
-(($#)) || die "usage: vm.sh FLAVOUR [--bench] -- GUEST-CMD [ARGS...]"
+usage="usage: vm.sh FLAVOUR [--bench] [--cpu MODEL] [--append ARGS] [--out DIR] -- GUEST-CMD [ARGS...]"
+flavour=${1:-}
+[[ -n $flavour && $flavour != -* ]] || die "$usage"
+shift
+bench=0 cpu='' append='' outdir=''
+while (($#)); do
+	case $1 in
+	--bench) bench=1; shift ;;
+	--cpu|--append|--out)
+		[[ $# -ge 2 && -n $2 ]] || die "vm.sh: $1 needs a value ($usage)"
+		case $1 in --cpu) cpu=$2 ;; --append) append=$2 ;; --out) outdir=$2 ;; esac
+		shift 2 ;;
+	--cpu=*) cpu=${1#*=}; shift ;;
+	--append=*) append=${1#*=}; shift ;;
+	--out=*) outdir=${1#*=}; shift ;;
+	--) shift; break ;;
+	*) die "vm.sh: unknown option '$1' ($usage)" ;;
+	esac
+done
+(($#)) || die "$usage"
 
 kdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$flavour") || exit 1
 image=$kdir/arch/x86/boot/bzImage
 command -v vng >/dev/null || die "vng (virtme-ng) is not installed: run scripts/install-deps.sh"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is not installed: run scripts/install-deps.sh"
+# The models are the indented lines under "Available CPUs:" (older qemu prefixes "x86").
+if [[ -n $cpu ]] && ! qemu-system-x86_64 -cpu help |
+	awk '/^Available CPUs:/ { f = 1; next } f && !/^ / { exit } f { print ($1 == "x86") ? $2 : $1 }' |
+	grep -qxF -- "$cpu"; then
+	die "qemu has no x86 cpu model '$cpu' (qemu-system-x86_64 -cpu help lists them)"
+fi
 
-out=$RKF_ROOT/build/vm/$flavour-$(date +%Y%m%d-%H%M%S)-$$
+# link TARGET NAME: point the symlink NAME at TARGET, atomically (runs may end together).
+link() {
+	ln -sfn "$1" "$2.$$" && mv -Tf "$2.$$" "$2"
+}
+
+mkdir -p "$RKF_ROOT/build/vm"
+if [[ -n $outdir ]]; then
+	[[ $outdir == /* ]] || outdir=$PWD/$outdir
+	out=${outdir%/}
+	# Emptied first, so that no file of an earlier run passes for this one's; but only a
+	# directory vm.sh made (it leaves .rkf-vm-out there), or an empty one.
+	if [[ -e $out && ! -f $out/.rkf-vm-out ]] && [[ ! -d $out || -n $(ls -A "$out") ]]; then
+		die "--out $out exists and is not a vm.sh result directory (no .rkf-vm-out): not emptying it"
+	fi
+	rm -rf "$out"
+else
+	out=$RKF_ROOT/build/vm/$flavour-$(date +%Y%m%d-%H%M%S)-$$
+fi
 mkdir -p "$out"
-ln -sfn "$out" "$RKF_ROOT/build/vm/last-$flavour"
+touch "$out/.rkf-vm-out"
+link "$out" "$RKF_ROOT/build/vm/last-$flavour"
 
 # Boot a tiny command under KVM once per host boot; use KVM only if it comes back.
 kvm_works() {
 	case ${RKF_KVM:-auto} in 0) return 1 ;; 1) return 0 ;; esac
 	((bench)) && return 1 # icount needs TCG
+	[[ -n $cpu ]] && return 1 # so does a cpu model other than the host's
 	[[ -w /dev/kvm ]] || return 1
 	local probe=$RKF_CACHE/kvm-probe boot_id
 	boot_id=$(cat /proc/sys/kernel/random/boot_id)
@@ -68,7 +122,7 @@ kvm_works() {
 # no5lvl: with TCG's "max" cpu the kernel turns on 5-level paging, and KASAN then reports
 # a wild access in the first interrupt during early boot (identify_boot_cpu); rkf does not
 # need 5-level paging.
-kargs="root=/dev/root no5lvl"
+kargs="root=/dev/root no5lvl${append:+ $append}"
 vng_args=(--run "$image" --cpus 2 --memory 2G --user root --rwdir "$out" --verbose
 	  --append "$kargs")
 qemu_opts=()
@@ -78,32 +132,42 @@ else
 	accel=tcg
 	vng_args+=(--disable-kvm)
 fi
+# shellcheck disable=SC2054 # the comma is qemu's
 ((bench)) && qemu_opts+=(-icount shift=0,sleep=off)
-((${#qemu_opts[@]})) && vng_args+=(--qemu-opts "${qemu_opts[*]}")
+# vng puts its own "-cpu max" first; qemu takes the last -cpu.
+[[ -n $cpu ]] && qemu_opts+=(-cpu "$cpu")
+# Joined with "=": vng's parser refuses a separate value that starts with "-".
+((${#qemu_opts[@]})) && vng_args+=("--qemu-opts=${qemu_opts[*]}")
 
 # The guest runs the command through this wrapper, which records the status and dmesg.
 # Modules built for the other flavour, for the test that the kernel refuses them.
-other=bench
-[[ $flavour == bench ]] && other=test
+other=distro
+[[ $flavour == distro ]] && other="test"
 foreign=
 if okdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$other" 2>/dev/null); then
 	foreign="RKF_FOREIGN_MODDIR=$RKF_ROOT/build/$(basename "$okdir")"
 fi
-guest_cmd="$foreign ${RKF_DKMS_MODDIR:+RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR} RKF_OUT=$out RKF_ROOT=$RKF_ROOT RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir") \
-RKF_KSRC_PKG=$RKF_KSRC_PKG RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version) \
-$RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
+# For the guest's header line: the config package of the distro flavour, and the cpu model.
+kconfig=$(sed -n 's/^config //p' "$kdir/.rkf-built")
+guest_env=(${RKF_DKMS_MODDIR:+"RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR"} "RKF_OUT=$out" "RKF_ROOT=$RKF_ROOT"
+	   "RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir")" "RKF_KSRC_PKG=$RKF_KSRC_PKG"
+	   "RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version)"
+	   ${kconfig:+"RKF_KCONFIG=$kconfig"} ${cpu:+"RKF_VM_CPU=$cpu"})
+guest_cmd="$foreign $(printf '%q ' "${guest_env[@]}")$RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
 
 timeout_s=${RKF_VM_TIMEOUT:-1200}
 mode="$accel, 2 vCPUs"
 ((bench)) && mode+=", -icount shift=0"
+[[ -n $cpu ]] && mode+=", cpu $cpu"
+[[ -n $append ]] && mode+=", kernel args '$append'"
 log "booting the $flavour kernel ($mode); console log: $out/console.log"
 start=$SECONDS
 timeout -k 10 "$timeout_s" vng "${vng_args[@]}" --exec "$guest_cmd" </dev/null >"$out/console.log" 2>&1
 vng_rc=$?
 log "VM exited after $((SECONDS - start)) s"
 
-# build/vm/last: this run's directory, for the make targets that copy results out.
-ln -sfn "$(basename "$out")" "$RKF_ROOT/build/vm/last"
+# build/vm/last: the latest run's directory, for people (make targets read their --out).
+link "$out" "$RKF_ROOT/build/vm/last"
 
 fail=0
 if ((vng_rc == 124 || vng_rc == 137)); then
@@ -119,7 +183,7 @@ fi
 status=$(cat "$out/status")
 
 # Kernel splats fail the run, whatever the tests said.
-splat='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|hung_task|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:'
+splat='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|hung_task|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:|rcu_tasks_wait_gp.*jiffies old'
 dmesg_file=$out/dmesg.txt
 [[ -f $dmesg_file ]] || dmesg_file=$out/console.log
 if grep -E "$splat" "$dmesg_file" >"$out/splats.txt"; then

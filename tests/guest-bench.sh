@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Runs inside the bench VM (scripts/vm.sh bench --bench, -icount shift=0): load the rkf
+# Runs inside the bench VM (scripts/vm.sh distro --bench, -icount shift=0): load the rkf
 # modules, run the benchmarks, unload.  The results go to $RKF_OUT/bench.md too (the
 # guest can write only there; `make bench` copies it to build/bench.md).
 set -u
@@ -12,7 +12,7 @@ modules=(rkf_stack rkf_multi rkf_testmod)
 load_modules "$RKF_MODDIR" "${modules[@]}"
 
 {
-	echo "kernel $(uname -r), source linux-source-7.3 ${RKF_KSRC_VERSION:-unknown}"
+	echo "kernel $(uname -r), source linux-source-7.3 ${RKF_KSRC_VERSION:-unknown}${RKF_KCONFIG:+, config $RKF_KCONFIG}"
 	echo
 	"$RKF_ROOT/target/release/rkf-bench" "$@"
 } | tee "$RKF_OUT/bench.md"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# The main job (`make run`), inside the bench VM: load the rkf modules and show them working.
+# The main job (`make run`), inside the distro kernel's VM: load the rkf modules and show them working.
 set -eu
 : "${RKF_MODDIR:?}" "${RKF_ROOT:?}" "${RKF_OUT:?}"
 rkf=$RKF_ROOT/target/release/rkf

@@ -11,7 +11,7 @@ modules=(rkf_percpu rkf_stack rkf_multi)
 
 load_modules "$RKF_DKMS_MODDIR" "${modules[@]}"
 
-env -u RKF_MODDIR -u RKF_FOREIGN_MODDIR "$RKF_ROOT/build/selftests/current/run_kselftest.sh" \
+env -u RKF_MODDIR -u RKF_FOREIGN_MODDIR "$RKF_ROOT/build/selftests/current-$(uname -r)/run_kselftest.sh" \
 	-t percpu_every_possible_cpu,percpu_differential,stack_kernel_differential,stack_build_id_differential,stack_deep_kernel_differential,multi_fentry_args,multi_fexit_return_values,kfunc_programs_need_capabilities |
 	tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
+# shellcheck shell=bash
 #
 # Shared by the guest scripts (tests/guest-*.sh), which source it.
 

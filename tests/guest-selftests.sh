@@ -7,9 +7,14 @@
 set -u
 : "${RKF_OUT:?}" "${RKF_ROOT:?}"
 source "$RKF_ROOT/tests/guest-lib.sh"
-pkg=$RKF_ROOT/build/selftests/current
+pkg=$RKF_ROOT/build/selftests/current-$(uname -r)
 modules=(rkf_percpu rkf_stack rkf_multi rkf_testmod)
 kmemleak=/sys/kernel/debug/kmemleak
+
+if [[ ! -x $pkg/run_kselftest.sh ]]; then
+	echo "# no kselftest package for $(uname -r) ($pkg): run make selftests-package"
+	exit 1
+fi
 
 # Forget what boot left behind: only leaks from the run count.
 [[ -w $kmemleak ]] && echo clear >"$kmemleak"

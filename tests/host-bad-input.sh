@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Host-side checks of rkf's answers to bad input: a wrong KDIR names what is missing, and a
-# VM run that cannot finish fails (it never passes silently).  Prints KTAP.
+# Host-side checks of rkf's answers to bad input: a wrong KDIR names what is missing, a KDIR
+# built with another toolchain names the one to install, and a VM run that cannot finish
+# fails (it never passes silently).  Prints KTAP.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -27,7 +28,7 @@ expect_fail() {
 }
 
 echo "KTAP version 1"
-echo "1..12"
+echo "1..16"
 kdir=$("$root/scripts/kernel.sh" dir test)
 expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
 expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
@@ -42,6 +43,30 @@ sed -i 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$tmp/k/.config"
 expect_fail kdir_no_rust "lacks kernel options rkf needs: CONFIG_RUST=y" make -s -C "$root" modules KDIR="$tmp/k"
 echo "6.12.0" >"$tmp/k/include/config/kernel.release"
 expect_fail kdir_wrong_version "rkf supports 7.3 only" make -s -C "$root" modules KDIR="$tmp/k"
+# The host's toolchain must be the tree's: a copy of the tree's top files whose .config
+# names another rustc, bindgen or compiler (sed script $1).
+other_toolchain() {
+	rm -rf "$tmp/t"
+	mkdir -p "$tmp/t/include/config"
+	cp "$kdir/Makefile" "$kdir/.config" "$tmp/t/"
+	cp "$kdir/include/config/kernel.release" "$tmp/t/include/config/"
+	sed -i "$1" "$tmp/t/.config"
+}
+other_toolchain 's/^CONFIG_RUSTC_VERSION_TEXT=.*/CONFIG_RUSTC_VERSION_TEXT="rustc 1.85.1 (4eb161250 2025-03-15) (built from a source tarball)"/'
+expect_fail kdir_other_rustc "KDIR was built with rustc 1\.85\.1 \(4eb161250 2025-03-15\) \(built from a source tarball\); this host has rustc [0-9.]+ .*: install that rustc \(rustup toolchain install 1\.85\.1\) and put it first on PATH" \
+	make -s -C "$root" modules KDIR="$tmp/t"
+other_toolchain 's/^CONFIG_BINDGEN_VERSION_TEXT=.*/CONFIG_BINDGEN_VERSION_TEXT="bindgen 0.71.1"/'
+expect_fail kdir_other_bindgen "KDIR was built with bindgen 0\.71\.1; this host has bindgen [0-9.]+: install that bindgen \(cargo install --locked bindgen-cli --version 0\.71\.1\)" \
+	make -s -C "$root" modules KDIR="$tmp/t"
+# A GCC tree of a gcc major version two above this host's.
+gcc_major=$(gcc -dumpversion | cut -d. -f1)
+other_gcc=$((gcc_major + 2))
+other_toolchain "s/^CONFIG_CC_IS_CLANG=y/CONFIG_CC_IS_GCC=y/; s/^CONFIG_GCC_VERSION=.*/CONFIG_GCC_VERSION=${other_gcc}0200/; s/^CONFIG_CC_VERSION_TEXT=.*/CONFIG_CC_VERSION_TEXT=\"x86_64-linux-gnu-gcc-$other_gcc (Debian $other_gcc.2.0-19) $other_gcc.2.0\"/"
+expect_fail kdir_other_gcc "KDIR was built with gcc $other_gcc \(x86_64-linux-gnu-gcc-$other_gcc .*\); this host's gcc is gcc ${gcc_major}[0-9.]*: install gcc-$other_gcc \(apt-get install gcc-$other_gcc\) and build with make modules CC=gcc-$other_gcc" \
+	make -s -C "$root" modules KDIR="$tmp/t"
+other_toolchain 's/^CONFIG_CLANG_VERSION=.*/CONFIG_CLANG_VERSION=170006/; s/^CONFIG_CC_VERSION_TEXT=.*/CONFIG_CC_VERSION_TEXT="Debian clang version 17.0.6 (5)"/'
+expect_fail kdir_other_clang "KDIR was built with clang 17 \(Debian clang version 17\.0\.6 \(5\)\); this host's clang is [0-9.]+: install clang-17" \
+	make -s -C "$root" modules KDIR="$tmp/t"
 # rkf profile refuses options that cannot sample, before it needs any module.
 rkf=$root/target/release/rkf
 expect_fail profile_zero_frequency "frequency must be 1 to 10000 Hz, not 0" "$rkf" profile -F 0
