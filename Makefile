@@ -12,8 +12,11 @@
 #   make lint       rustfmt, cargo fmt, checkpatch
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make vm-test-distro  the kselftests in a VM on the distro kernel (Debian's config)
+#   make vm-test-mitigations  the rkf_multi kselftests on the distro kernel, on cpus with
+#                   return thunks and with call depth tracking
 #   make bench      the benchmarks in a VM on the distro kernel (-icount), into build/bench.md
-#   make dkms-check  package with the real dkms, load what it installed in a VM, smoke-test
+#   make dkms-check  package with the real dkms from a headers package, signed; load what it
+#                   installed in a VM, smoke-test
 #   make selftests-package  the kselftests as installable directories and tarballs, one per kernel
 #   make host-fuzz  time-bounded fuzzing of the pure rules (RKF_FUZZ_SECS per target)
 #   make install    modules_install of the three modules (INSTALL_MOD_PATH=, KDIR= as above)
@@ -32,13 +35,13 @@ export RKF_WERROR
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-distro modules modules-test modules-distro user \
-	host-test host-fuzz lint vm-test vm-test-distro bench dkms-check selftests-package \
+	host-test host-fuzz lint vm-test vm-test-distro vm-test-mitigations bench dkms-check selftests-package \
 	selftests-package-test selftests-package-distro install check run clean help
 
 all: modules user
 
 help:
-	@sed -n '3,19p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,23p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
@@ -93,7 +96,7 @@ user: kernel-test
 	cargo clippy --release --locked --workspace --all-targets -- -D warnings
 
 host-test: user
-	cargo test --release --locked -p rkf-core -p rkf
+	cargo test --release --locked -p rkf-core -p rkf -p rkf-selftests
 	tests/host-bad-input.sh
 
 # Each fuzz target of rust/core/tests/fuzz.rs runs RKF_FUZZ_SECS seconds (cargo test runs
@@ -116,20 +119,35 @@ vm-test: selftests-package-test
 vm-test-distro: selftests-package-distro
 	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh
 
+# rkf_multi's selftests on the distro kernel under cpu models that make it turn on a
+# return-thunk mitigation (AMD Zen 2: retbleed's untrained return thunk) and call depth
+# tracking (Skylake, retbleed=stuff); guest-mitigations.sh fails if the kernel did not.
+vm-test-mitigations: selftests-package-distro
+	scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
+		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_
+	scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff --out build/vm/stuff -- \
+		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_
+
 selftests-package: selftests-package-test selftests-package-distro
 selftests-package-test: modules-test modules-distro user
 	scripts/selftests-package.sh "$$(scripts/kernel.sh dir test)" "$$(scripts/kernel.sh dir distro)"
 selftests-package-distro: modules-test modules-distro user
 	scripts/selftests-package.sh "$$(scripts/kernel.sh dir distro)" "$$(scripts/kernel.sh dir test)"
 
+# The benchmarks, then rkf_multi's per-call table again on the cpus of vm-test-mitigations.
 bench: modules-distro user
 	scripts/vm.sh distro --bench --out build/vm/bench -- tests/guest-bench.sh
-	@cp build/vm/bench/bench.md build/bench.md && echo "results in build/bench.md"
+	scripts/vm.sh distro --bench --cpu EPYC-Rome --out build/vm/bench-rethunk -- \
+		tests/guest-mitigations.sh rethunk tests/guest-bench.sh --per-call
+	scripts/vm.sh distro --bench --cpu Skylake-Server --append retbleed=stuff \
+		--out build/vm/bench-stuff -- tests/guest-mitigations.sh stuff tests/guest-bench.sh --per-call
+	@cat build/vm/bench/bench.md build/vm/bench-rethunk/bench.md build/vm/bench-stuff/bench.md \
+		>build/bench.md && echo "results in build/bench.md"
 
-dkms-check: selftests-package-test
+dkms-check: selftests-package-distro
 	scripts/dkms-check.sh
 
-check: deps lint host-test host-fuzz vm-test vm-test-distro dkms-check run bench
+check: deps lint host-test host-fuzz vm-test vm-test-distro vm-test-mitigations dkms-check run bench
 
 run: modules-distro user
 	scripts/vm.sh distro --out build/vm/run -- tests/guest-demo.sh

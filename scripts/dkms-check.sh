@@ -2,29 +2,43 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # dkms-check.sh: package the rkf modules with Debian's real dkms, as a distribution would,
-# against the cached test kernel:
-#   1. dkms add, build and install (--kernelsourcedir: the cached build tree);
-#   2. boot the test kernel and load the modules dkms installed, not the source tree's;
-#   3. run a smoke subset of the kselftests against them;
-#   4. check that dkms refuses, with its "BUILD_EXCLUSIVE" exit (77), a kernel tree whose
-#      config lacks CONFIG_RUST.
-# Leaves nothing installed: the package is removed at the end, pass or fail, and
-# /lib/modules/<release>/build is restored to exactly what it was (a link to somewhere else,
-# a directory, or nothing) on every way out.
+# for the cached distro kernel (Debian's config, signed modules):
+#   1. make install into a staging root (the three modules, not rkf_testmod);
+#   2. build the kernel's headers package (scripts/headers-package.sh: the kernel's own
+#      install-extmod-build, plus what Rust modules need) and install it with dpkg, which
+#      makes /lib/modules/<release>/build;
+#   3. dkms add, build and install against that headers package alone (no --kernelsourcedir),
+#      signing with the kernel's own module key (the role a distribution's MOK plays), given
+#      to dkms through /etc/dkms/framework.conf.d;
+#   4. boot the distro kernel, load the modules dkms installed, check that the kernel
+#      verified their signature (no E taint; an unsigned build of the same module gets E),
+#      and run a smoke subset of the kselftests against them;
+#   5. check that dkms refuses, with its "BUILD_EXCLUSIVE" exit (77), a kernel tree whose
+#      config lacks CONFIG_RUST;
+#   6. remove the headers package with dpkg.
+# Leaves nothing installed, pass or fail: the dkms package, the headers package and the
+# framework.conf.d file are removed, and /lib/modules/<release>/build is restored to exactly
+# what it was (a link to somewhere else, a directory, or nothing) on every way out.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 command -v dkms >/dev/null || die "dkms is not installed (make deps installs it)"
 name=$(sed -n 's/^PACKAGE_NAME="\(.*\)"/\1/p' "$RKF_ROOT/dkms.conf")
 version=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$RKF_ROOT/dkms.conf")
-kdir=$("$RKF_ROOT/scripts/kernel.sh" dir test)
+kdir=$("$RKF_ROOT/scripts/kernel.sh" dir distro)
 release=$(cat "$kdir/include/config/kernel.release")
+headers=linux-headers-$release
 src=/usr/src/$name-$version
+signing_conf=/etc/dkms/framework.conf.d/rkf-dkms-check.conf
 tmp=$(mktemp -d)
 
-# /lib/modules/<release> with its build link, as the kernel's packages would make it:
-# dkms installs there.  Made here only if missing, and then removed again.  Whatever was
-# at .../build before (a link, a directory or file, or nothing) is put back at the end.
+key=$kdir/certs/signing_key.pem
+cert=$kdir/certs/signing_key.x509
+[[ -s $key && -s $cert ]] || die "the distro kernel build has no module signing key ($key, $cert)"
+
+# /lib/modules/<release> with its build link comes from the headers package.  Whatever was
+# at .../build before (a link, a directory or file, or nothing) is moved aside first and put
+# back at the end; /lib/modules/<release> itself is removed again if it was not there.
 moddir=/lib/modules/$release
 build_link=$moddir/build
 made_moddir='' saved='' saved_target=''
@@ -44,14 +58,17 @@ save_build_link() {
 restore_build_link() {
 	case $saved in
 	link) rm -f "$build_link" && ln -s "$saved_target" "$build_link" ;;
-	moved) rm -f "$build_link" && mv "$backup" "$build_link" ;;
+	moved) rm -rf "$build_link" && mv "$backup" "$build_link" ;;
 	none) rm -f "$build_link" ;;
 	esac
 	saved=
 }
 cleanup() {
 	dkms remove "$name/$version" --all >/dev/null 2>&1 || true
-	rm -rf "$src" "$tmp"
+	if dpkg-query -W -f='${Status}' "$headers" 2>/dev/null | grep -q 'installed'; then
+		dpkg --purge "$headers" >/dev/null 2>&1 || true
+	fi
+	rm -rf "$src" "$tmp" "$signing_conf"
 	restore_build_link
 	if [[ -n $made_moddir ]]; then
 		rm -rf "$moddir"
@@ -62,6 +79,9 @@ trap cleanup EXIT
 # An interrupted check cleans up too: the EXIT trap runs when these exit.
 trap 'exit 130' INT
 trap 'exit 143' TERM
+if dpkg-query -W -f='${Status}' "$headers" 2>/dev/null | grep -q 'installed'; then
+	die "$headers is installed already: this check installs and removes it itself"
+fi
 cleanup
 
 log "make install into a staging root"
@@ -73,29 +93,44 @@ done
 [[ ! -e $tmp/root/lib/modules/$release/updates/rkf_testmod.ko ]] ||
 	die "make install installed the test-only rkf_testmod"
 
+log "the headers package of $release"
+deb=$("$RKF_ROOT/scripts/headers-package.sh" "$kdir" "$tmp/deb" | tail -1)
+if [[ ! -d $moddir ]]; then
+	mkdir -p "$moddir"
+	made_moddir=1
+fi
+save_build_link
+dpkg -i "$deb" >/dev/null
+[[ $(readlink "$build_link") == "/usr/src/$headers" ]] ||
+	die "the headers package did not make $build_link a link to /usr/src/$headers"
+
 log "dkms: staging $name $version in $src"
 mkdir -p "$src"
 cp -a "$RKF_ROOT/dkms.conf" "$RKF_ROOT/Kbuild" "$RKF_ROOT/rust" "$RKF_ROOT/c-shim" "$src/"
 # Only the kernel crate sources: no host build products.
 rm -rf "$src/rust/core/target"
 
-if [[ ! -d $moddir ]]; then
-	mkdir -p "$moddir"
-	made_moddir=1
-fi
-save_build_link
-ln -s "$kdir" "$build_link"
+# dkms signs what it builds with mok_signing_key and mok_certificate (sign_file defaults
+# to the headers package's scripts/sign-file).  Here the kernel's own build key: its
+# certificate is in the kernel's builtin keyring, as a distribution's MOK would be enrolled.
+mkdir -p "$(dirname "$signing_conf")"
+printf 'mok_signing_key="%s"\nmok_certificate="%s"\n' "$key" "$cert" >"$signing_conf"
 
 dkms add "$name/$version"
-log "dkms: build and install for $release (kernel tree $kdir)"
-dkms build "$name/$version" -k "$release" --kernelsourcedir "$kdir"
-dkms install "$name/$version" -k "$release" --kernelsourcedir "$kdir" --force
+log "dkms: build and install for $release against /lib/modules/$release/build"
+dkms build "$name/$version" -k "$release"
+dkms install "$name/$version" -k "$release" --force
 installed=/lib/modules/$release/updates/dkms
+signer=$(openssl x509 -inform DER -in "$cert" -noout -subject -nameopt multiline |
+	sed -n 's/^ *commonName *= *//p')
 for m in rkf_percpu rkf_stack rkf_multi; do
 	[[ -f $installed/$m.ko ]] || die "dkms did not install $m.ko in $installed"
+	got=$(modinfo -F signer "$installed/$m.ko")
+	[[ $got == "$signer" ]] || die "dkms's $m.ko is signed by '$got', not by '$signer'"
 done
 [[ ! -e $installed/rkf_testmod.ko ]] || die "dkms installed the test-only rkf_testmod"
 dkms status "$name/$version"
+log "dkms: the three modules are signed by '$signer'"
 
 # The guest sees the host's /lib/modules through vng's own module overlay, so the
 # installed files are handed over by a copy, checked identical.
@@ -105,7 +140,7 @@ cp "$installed"/rkf_*.ko "$mods/"
 for m in "$mods"/*.ko; do
 	cmp "$m" "$installed/$(basename "$m")"
 done
-RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" test --out "$RKF_ROOT/build/vm/dkms" -- tests/guest-dkms.sh
+RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" distro --out "$RKF_ROOT/build/vm/dkms" -- tests/guest-dkms.sh
 
 log "dkms: a kernel tree without CONFIG_RUST must be refused"
 norust=$tmp/linux-norust
@@ -120,4 +155,12 @@ set -e
 echo "$out" | sed 's/^/  /'
 ((rc == 77)) || die "dkms build against a tree without CONFIG_RUST exited $rc, not 77 (BUILD_EXCLUSIVE)"
 grep -q "BUILD_EXCLUSIVE" <<<"$out" || die "dkms did not say BUILD_EXCLUSIVE"
-log "dkms-check: installed, loaded and tested the dkms modules; a kernel without Rust refused (exit 77)"
+
+log "dkms: remove the package, then the headers package"
+dkms remove "$name/$version" --all >/dev/null
+for m in rkf_percpu rkf_stack rkf_multi; do
+	[[ ! -e $installed/$m.ko ]] || die "dkms remove left $installed/$m.ko"
+done
+dpkg --purge "$headers" >/dev/null
+[[ ! -e /usr/src/$headers ]] || die "dpkg --purge $headers left /usr/src/$headers"
+log "dkms-check: built against the headers package, signed, loaded without the unsigned taint and tested; a kernel without Rust refused (exit 77); all removed"

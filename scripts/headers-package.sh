@@ -7,7 +7,8 @@
 # `make bindeb-pkg` builds linux-headers-<release> (scripts/package/builddeb:
 # install_kernel_headers): scripts/package/install-extmod-build into
 # /usr/src/linux-headers-<release>, and the /lib/modules/<release>/build link to it.  To
-# that it adds what out-of-tree Rust modules with BTF need, with
+# that it adds the .config (as Debian's headers packages do) and what out-of-tree Rust
+# modules with BTF need, with
 # scripts/package/install-rust-extmod-build, the script a distribution would add to its
 # packaging.  Prints the path of the .deb it wrote into OUTDIR.
 set -euo pipefail
@@ -32,6 +33,10 @@ if grep -q '^CONFIG_CC_IS_CLANG=y' "$kdir/.config"; then cc=clang; else cc=gcc; 
 	die "install-extmod-build failed for $kdir"
 sh "$RKF_ROOT/scripts/package/install-rust-extmod-build" "$kdir" "$dest" ||
 	die "install-rust-extmod-build failed for $kdir"
+# The kernel's .config, as Debian's linux-headers packages ship it: dkms reads it for
+# BUILD_EXCLUSIVE_CONFIG and for the module signing hash (install-extmod-build has only
+# include/config/auto.conf).
+cp "$kdir/.config" "$dest/.config"
 mkdir -p "$pkg/lib/modules/$release"
 ln -s "/usr/src/$name" "$pkg/lib/modules/$release/build"
 

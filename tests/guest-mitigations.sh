@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# guest-mitigations.sh MODE [rkf-selftests ARGS...]
+# guest-mitigations.sh MODE GUEST-SCRIPT [ARGS...]
 #
 # Runs inside a distro-flavour VM booted on a cpu model that makes the kernel turn a
 # mitigation on (scripts/vm.sh distro --cpu MODEL [--append ARGS]): checks that the
-# kernel did, then runs guest-selftests.sh with ARGS (the rkf_multi selftests), whose
-# generated trampolines then carry that mitigation.  MODE:
+# kernel did, then runs GUEST-SCRIPT with ARGS (guest-selftests.sh -t multi_, or
+# guest-bench.sh --per-call), with rkf_multi's generated trampolines carrying that
+# mitigation.  MODE:
 #   rethunk  return thunks (retbleed's untrained return thunk, SRSO): an AMD Zen 2 model
 #   stuff    call depth tracking (retbleed=stuff): an Intel Skylake model
 # A kernel that did not turn the mitigation on fails the run: the tests would not test it.
 set -u
 : "${RKF_OUT:?}" "${RKF_ROOT:?}"
 mode=${1:?MODE}
-shift
+script=${2:?GUEST-SCRIPT}
+shift 2
 vuln=/sys/devices/system/cpu/vulnerabilities
 
 echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-)"
@@ -46,4 +48,5 @@ stuff)
 	;;
 esac
 
-exec "$RKF_ROOT/tests/guest-selftests.sh" "$@"
+echo "# $mode mitigation is on"
+exec "$script" "$@"

@@ -12,7 +12,7 @@
 # another kernel takes one from foreign/ (RKF_FOREIGN_MODDIR).
 #
 #   ./run_kselftest.sh --list        the tests
-#   ./run_kselftest.sh -t NAME,...   the tests whose names contain one of NAME
+#   ./run_kselftest.sh -t NAME,...   the tests named NAME, or whose names start with it
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export RKF_MODDIR=${RKF_MODDIR:-$here/modules}

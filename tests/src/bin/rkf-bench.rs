@@ -35,6 +35,9 @@ struct Args {
     /// Rounds per case; the median is reported.
     #[arg(long, default_value_t = 15)]
     rounds: usize,
+    /// Only rkf_multi's per-call table (for the boots on cpus with a mitigation turned on).
+    #[arg(long)]
+    per_call: bool,
 }
 
 const F_USER_STACK: u64 = 1 << 8;
@@ -231,6 +234,9 @@ fn stack_bench(rounds: usize) -> Result<()> {
 fn main() -> Result<()> {
     let args = Args::parse();
     ensure!(args.rounds > 0, "--rounds must be at least 1");
+    if args.per_call {
+        return multi::per_call_only();
+    }
     stack_bench(args.rounds)?;
     println!();
     multi::bench()
@@ -255,7 +261,7 @@ mod multi {
         skeleton,
     };
 
-    use crate::skel::bench_multi::BenchMultiSkelBuilder;
+    use crate::skel::bench_multi::{BenchMultiSkel, BenchMultiSkelBuilder};
 
     /// `BPF_TRACE_FENTRY_MULTI` (include/uapi/linux/bpf.h).
     const TRACE_FENTRY_MULTI: u32 = 59;
@@ -410,16 +416,23 @@ mod multi {
         t.elapsed()
     }
 
-    pub(super) fn bench() -> Result<()> {
+    fn open(obj: &mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<BenchMultiSkel<'_>> {
         rkf::modules::require("rkf_multi")?;
+        skeleton::load::<BenchMultiSkelBuilder>(obj, "bench_multi.bpf.c", skeleton::as_built)
+    }
+
+    /// The per-call table alone.
+    pub(super) fn per_call_only() -> Result<()> {
+        let mut obj = MaybeUninit::uninit();
+        let skel = open(&mut obj)?;
+        per_call_table(&skel)
+    }
+
+    pub(super) fn bench() -> Result<()> {
         // 1,000 single fentry links are 2,000 fds (programs and links).
         setrlimit(Resource::RLIMIT_NOFILE, 8192, 8192).context("setrlimit(RLIMIT_NOFILE, 8192)")?;
         let mut obj = MaybeUninit::uninit();
-        let skel = skeleton::load::<BenchMultiSkelBuilder>(
-            &mut obj,
-            "bench_multi.bpf.c",
-            skeleton::as_built,
-        )?;
+        let skel = open(&mut obj)?;
 
         // Every function both rkf and the kernel's links can take.
         let pool = multi::resolve(&["*"])?;
@@ -497,6 +510,12 @@ mod multi {
             }
         }
 
+        per_call_table(&skel)?;
+        per_call_with_others(&skel, &funcs)
+    }
+
+    /// The cost of each way of tracing one call of `getpgid()`.
+    fn per_call_table(skel: &BenchMultiSkel<'_>) -> Result<()> {
         println!();
         println!(
             "Per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):"
@@ -550,6 +569,12 @@ mod multi {
             of("rkf_multi fexit") / single_fexit,
             of("kprobe_multi") / of("rkf_multi fentry")
         );
+        Ok(())
+    }
+
+    /// The same hit with many other functions attached.
+    fn per_call_with_others(skel: &BenchMultiSkel<'_>, funcs: &[Func]) -> Result<()> {
+        let target = multi::resolve(&["__x64_sys_getpgid"])?.funcs;
 
         // The same hit with many other functions attached: what the lookup of the traced
         // function costs as the set grows.  The others are attached first and the loop
