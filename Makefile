@@ -113,8 +113,10 @@ lint: kernel-test
 # without its BTF (for the test that such a module is refused) and, as the "foreign"
 # modules, the ones built for the other kernel (for the test that the kernel refuses them).
 # Each VM run that make reads results from has its own result directory (vm.sh --out).
+# The test kernel's debugging (KASAN, lockdep, kmemleak) makes its run several times as
+# long as the distro kernel's under TCG: it gets a longer timeout.
 vm-test: selftests-package-test
-	scripts/vm.sh test --out build/vm/vm-test -- tests/guest-selftests.sh
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2700} scripts/vm.sh test --out build/vm/vm-test -- tests/guest-selftests.sh
 
 vm-test-distro: selftests-package-distro
 	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh

@@ -84,13 +84,21 @@ if dpkg-query -W -f='${Status}' "$headers" 2>/dev/null | grep -q 'installed'; th
 fi
 cleanup
 
+# The file name of module $2 in directory $1: modules_install and dkms add .xz (or .zst,
+# .gz) for a kernel with CONFIG_MODULE_COMPRESS, as Debian's has.
+ko=.ko
+if grep -qx 'CONFIG_MODULE_COMPRESS_XZ=y' "$kdir/.config"; then ko=.ko.xz
+elif grep -qx 'CONFIG_MODULE_COMPRESS_ZSTD=y' "$kdir/.config"; then ko=.ko.zst
+elif grep -qx 'CONFIG_MODULE_COMPRESS_GZIP=y' "$kdir/.config"; then ko=.ko.gz
+fi
+
 log "make install into a staging root"
 make -s -C "$RKF_ROOT" install KDIR="$kdir" INSTALL_MOD_PATH="$tmp/root" >/dev/null
 for m in rkf_percpu rkf_stack rkf_multi; do
-	[[ -f $tmp/root/lib/modules/$release/updates/$m.ko ]] ||
-		die "make install did not install $m.ko in $tmp/root/lib/modules/$release/updates"
+	[[ -f $tmp/root/lib/modules/$release/updates/$m$ko ]] ||
+		die "make install did not install $m$ko in $tmp/root/lib/modules/$release/updates"
 done
-[[ ! -e $tmp/root/lib/modules/$release/updates/rkf_testmod.ko ]] ||
+[[ -z $(compgen -G "$tmp/root/lib/modules/$release/updates/rkf_testmod.ko*") ]] ||
 	die "make install installed the test-only rkf_testmod"
 
 log "the headers package of $release"
@@ -123,12 +131,21 @@ dkms install "$name/$version" -k "$release" --force
 installed=/lib/modules/$release/updates/dkms
 signer=$(openssl x509 -inform DER -in "$cert" -noout -subject -nameopt multiline |
 	sed -n 's/^ *commonName *= *//p')
+# dkms compresses as the kernel's installed modules are (their modules.dep): for this
+# kernel, whose modules are built in, not at all; on a Debian install, .ko.xz.
+dkms_ko() {
+	local f
+	for f in "$installed/$1.ko" "$installed/$1.ko.xz" "$installed/$1.ko.zst" "$installed/$1.ko.gz"; do
+		[[ -f $f ]] && echo "$f" && return 0
+	done
+	return 1
+}
 for m in rkf_percpu rkf_stack rkf_multi; do
-	[[ -f $installed/$m.ko ]] || die "dkms did not install $m.ko in $installed"
-	got=$(modinfo -F signer "$installed/$m.ko")
-	[[ $got == "$signer" ]] || die "dkms's $m.ko is signed by '$got', not by '$signer'"
+	f=$(dkms_ko "$m") || die "dkms did not install $m.ko in $installed"
+	got=$(modinfo -F signer "$f")
+	[[ $got == "$signer" ]] || die "dkms's $f is signed by '$got', not by '$signer'"
 done
-[[ ! -e $installed/rkf_testmod.ko ]] || die "dkms installed the test-only rkf_testmod"
+[[ -z $(compgen -G "$installed/rkf_testmod.ko*") ]] || die "dkms installed the test-only rkf_testmod"
 dkms status "$name/$version"
 log "dkms: the three modules are signed by '$signer'"
 
@@ -136,9 +153,10 @@ log "dkms: the three modules are signed by '$signer'"
 # installed files are handed over by a copy, checked identical.
 mods=$RKF_ROOT/build/dkms-modules
 rm -rf "$mods" && mkdir -p "$mods"
-cp "$installed"/rkf_*.ko "$mods/"
-for m in "$mods"/*.ko; do
-	cmp "$m" "$installed/$(basename "$m")"
+for m in rkf_percpu rkf_stack rkf_multi; do
+	f=$(dkms_ko "$m")
+	cp "$f" "$mods/"
+	cmp "$f" "$mods/$(basename "$f")"
 done
 RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" distro --out "$RKF_ROOT/build/vm/dkms" -- tests/guest-dkms.sh
 
@@ -159,7 +177,7 @@ grep -q "BUILD_EXCLUSIVE" <<<"$out" || die "dkms did not say BUILD_EXCLUSIVE"
 log "dkms: remove the package, then the headers package"
 dkms remove "$name/$version" --all >/dev/null
 for m in rkf_percpu rkf_stack rkf_multi; do
-	[[ ! -e $installed/$m.ko ]] || die "dkms remove left $installed/$m.ko"
+	! f=$(dkms_ko "$m") || die "dkms remove left $f"
 done
 dpkg --purge "$headers" >/dev/null
 [[ ! -e /usr/src/$headers ]] || die "dpkg --purge $headers left /usr/src/$headers"

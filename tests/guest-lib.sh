@@ -3,18 +3,22 @@
 #
 # Shared by the guest scripts (tests/guest-*.sh), which source it.
 
-# load_modules DIR MODULE...: insmod DIR/MODULE.ko for each, in order; on a failure, show
-# the end of the kernel log and exit 1.
+# load_modules DIR MODULE...: insmod DIR/MODULE.ko (or .ko.xz, .ko.zst, .ko.gz, as
+# modules_install and dkms compress them for a kernel with CONFIG_MODULE_COMPRESS) for each,
+# in order; on a failure, show the end of the kernel log and exit 1.
 load_modules() {
-	local dir=$1 m
+	local dir=$1 m f
 	shift
 	for m in "$@"; do
-		if ! insmod "$dir/$m.ko"; then
-			echo "# insmod $dir/$m.ko failed:"
+		for f in "$dir/$m.ko" "$dir/$m.ko.xz" "$dir/$m.ko.zst" "$dir/$m.ko.gz" ""; do
+			[[ -z $f || -f $f ]] && break
+		done
+		if [[ -z $f ]] || ! insmod "$f"; then
+			echo "# insmod $dir/$m.ko${f:+ ($f)} failed${f:-: no such file}:"
 			dmesg | tail -5 | sed 's/^/# /'
 			exit 1
 		fi
-		echo "# loaded $dir/$m.ko"
+		echo "# loaded $f"
 	done
 }
 

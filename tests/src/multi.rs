@@ -661,11 +661,12 @@ pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
 /// make, while another thread attaches and detaches 10,000 overlapping links (fentry and
 /// fexit, one in a hundred also hooking and unhooking functions in ftrace).
 ///
-/// Each caller thread is pinned to its own cpu.  Two callers on one cpu would make the
-/// kernel's recursion guard skip a run (a caller preempted inside the program, the other
-/// entering it: a miss, as for an in-kernel trampoline), so with the pinning every link
-/// must report no miss, and any run the trampolines lose shows as a count short of the
-/// calls.
+/// On a preemptible kernel two callers can meet on one cpu, one preempted inside the
+/// program: the kernel's recursion guard then skips the other's run and counts a miss, as
+/// for an in-kernel trampoline.  So every call must be either a hit, which the program
+/// counts, or a miss, which the link reports: hits + misses = calls, exactly.  (Pinning
+/// the callers to a cpu each would avoid the misses but starve the RCU tasks grace periods
+/// that each ftrace update waits for: a caller spinning in the kernel is never quiescent.)
 fn storm() -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -687,13 +688,8 @@ fn storm() -> Result<()> {
     let start = std::time::Instant::now();
     let churned = std::thread::scope(|s| -> Result<usize> {
         let callers: Vec<_> = (0..2)
-            .map(|cpu| {
-                let (done, runs) = (&done, &runs);
-                s.spawn(move || -> Result<()> {
-                    let mut set = nix::sched::CpuSet::new();
-                    set.set(cpu)?;
-                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-                        .with_context(|| format!("pinning a caller to cpu {cpu}"))?;
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
                     while !done.load(Ordering::Relaxed) {
                         test_run_fd(trigger_fd)?;
                         runs.fetch_add(1, Ordering::Relaxed);
@@ -740,38 +736,38 @@ fn storm() -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     check!(runs > 0, "the callers made no call");
-    for (what, link) in [("fentry", &_fentry), ("fexit", &_fexit)] {
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    let mut misses = 0;
+    for (what, link, counts) in [
+        ("fentry", &_fentry, &bss.counts[0]),
+        ("fexit", &_fexit, &bss.counts[4 + 3]),
+    ] {
         let info = link.info()?;
         check_eq!(info.funcs.len(), permanent.len(), "{what} link's functions");
-        for f in permanent {
+        for (i, f) in permanent.iter().enumerate() {
             let fi = info
                 .funcs
                 .iter()
                 .find(|fi| fi.addr == f.addr)
                 .with_context(|| format!("{what} link does not list {}", f.name))?;
             check_eq!(
-                (fi.hits, fi.misses),
-                (runs, 0),
-                "permanent {what} link on {}: (hits, misses) the link reports",
+                counts[i],
+                fi.hits,
+                "permanent {what} link on {}: the program's count against the link's hits",
                 f.name
             );
+            check_eq!(
+                fi.hits + fi.misses,
+                runs,
+                "permanent {what} link on {}: hits ({}) + misses ({}) against the calls",
+                f.name,
+                fi.hits,
+                fi.misses
+            );
+            misses += fi.misses;
         }
     }
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
-    for (i, f) in permanent.iter().enumerate() {
-        check_eq!(
-            bss.counts[0][i],
-            runs,
-            "permanent fentry link on {}: hits",
-            f.name
-        );
-        check_eq!(
-            bss.counts[4 + 3][i],
-            runs,
-            "permanent fexit link on {}: hits",
-            f.name
-        );
-    }
+    diag!("recursion-guard misses on the permanent links: {misses}");
     Ok(())
 }
 
