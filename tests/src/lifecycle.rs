@@ -386,12 +386,27 @@ fn multi_rmmod_in_flight() -> Result<()> {
     crate::multi::smoke().context("rkf_multi after reload")
 }
 
-/// Whether task `tid` of this process sleeps in the kernel function `func`
-/// (/proc/self/task/TID/wchan names the function a sleeping task waits in).
+/// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
+/// on its kernel stack (/proc/self/task/TID/stat and stack).
 fn blocked_in(tid: i32, func: &str) -> Result<bool> {
-    let wchan = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan"))
-        .with_context(|| format!("the wait channel of task {tid}"))?;
-    Ok(wchan.trim() == func)
+    let task = format!("/proc/self/task/{tid}");
+    let stat = std::fs::read_to_string(format!("{task}/stat"))
+        .with_context(|| format!("the state of task {tid}"))?;
+    // The state follows the command's closing parenthesis: S is an interruptible sleep.
+    let sleeping = stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('S'));
+    // Not the wait channel: that is the first frame outside the scheduler, which can be a
+    // helper the function sleeps in (GCC's build sleeps in do_wait_intr_irq() for
+    // eventfd_read()).  Lines of the kernel stack read "[<0>] name+0x1c/0x40".
+    let stack = std::fs::read_to_string(format!("{task}/stack"))
+        .with_context(|| format!("the kernel stack of task {tid}"))?;
+    let in_func = stack.lines().any(|l| {
+        l.split_once("] ")
+            .and_then(|(_, sym)| sym.split_once('+'))
+            .is_some_and(|(name, _)| name == func)
+    });
+    Ok(sleeping && in_func)
 }
 
 /// The state of module `name` (/sys/module/NAME/initstate: live, coming, going), or
