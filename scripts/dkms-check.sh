@@ -30,62 +30,82 @@ release=$(cat "$kdir/include/config/kernel.release")
 headers=linux-headers-$release
 src=/usr/src/$name-$version
 signing_conf=/etc/dkms/framework.conf.d/rkf-dkms-check.conf
-tmp=$(mktemp -d)
 
 key=$kdir/certs/signing_key.pem
 cert=$kdir/certs/signing_key.x509
 [[ -s $key && -s $cert ]] || die "the distro kernel build has no module signing key ($key, $cert)"
+
+# dpkg's state of a package: not-installed, or installed, half-configured, ...
+pkg_state() { dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo not-installed; }
+
+# Refuse to touch what this check did not make: it installs and removes each of these
+# itself, and would otherwise remove the user's.
+[[ $(pkg_state "$headers") == not-installed ]] ||
+	die "$headers is installed ($(pkg_state "$headers")): this check installs and removes it itself; remove it first"
+[[ -z $(dkms status "$name/$version" 2>/dev/null) ]] ||
+	die "dkms has $name/$version already: this check adds and removes it itself (dkms remove $name/$version --all)"
+[[ ! -e $src ]] || die "$src exists: this check stages the source there and removes it"
+[[ ! -e $signing_conf ]] || die "$signing_conf exists: this check writes and removes it"
 
 # /lib/modules/<release> with its build link comes from the headers package.  Whatever was
 # at .../build before (a link, a directory or file, or nothing) is moved aside first and put
 # back at the end; /lib/modules/<release> itself is removed again if it was not there.
 moddir=/lib/modules/$release
 build_link=$moddir/build
-made_moddir='' saved='' saved_target=''
+made_moddir='' made_confdir='' saved='' saved_target='' tmp='' failed=''
 backup=$moddir/.build.rkf-dkms-check.$$
 save_build_link() {
 	if [[ -L $build_link ]]; then
-		saved="link"
 		saved_target=$(readlink "$build_link")
 		rm -f "$build_link"
+		saved="link"
 	elif [[ -e $build_link ]]; then
-		saved=moved
 		mv "$build_link" "$backup"
+		saved=moved
 	else
 		saved=none
 	fi
 }
 restore_build_link() {
 	case $saved in
-	link) rm -f "$build_link" && ln -s "$saved_target" "$build_link" ;;
-	moved) rm -rf "$build_link" && mv "$backup" "$build_link" ;;
+	link) mkdir -p "$moddir" && rm -f "$build_link" && ln -s "$saved_target" "$build_link" ;;
+	moved) [[ -e $backup || -L $backup ]] && rm -rf "$build_link" && mv "$backup" "$build_link" ;;
 	none) rm -f "$build_link" ;;
 	esac
 	saved=
 }
+# Every step runs, and a step that fails is named.
+cleanup_step() {
+	"$@" >/dev/null 2>&1 || {
+		echo "[rkf] dkms-check cleanup: '$*' failed: remove it by hand" >&2
+		failed=1
+	}
+}
 cleanup() {
-	dkms remove "$name/$version" --all >/dev/null 2>&1 || true
-	if dpkg-query -W -f='${Status}' "$headers" 2>/dev/null | grep -q 'installed'; then
-		dpkg --purge "$headers" >/dev/null 2>&1 || true
+	local rc=$?
+	if [[ -n $(dkms status "$name/$version" 2>/dev/null) ]]; then
+		cleanup_step dkms remove "$name/$version" --all
 	fi
-	rm -rf "$src" "$tmp" "$signing_conf"
-	restore_build_link
+	if [[ $(pkg_state "$headers") != not-installed ]]; then
+		cleanup_step dpkg --purge "$headers"
+	fi
+	rm -rf "$src" "$signing_conf" ${tmp:+"$tmp"}
+	[[ -n $made_confdir ]] && { rmdir "$(dirname "$signing_conf")" 2>/dev/null || true; }
+	[[ -n $saved ]] && { restore_build_link || { echo "[rkf] dkms-check cleanup: could not restore $build_link" >&2; failed=1; }; }
 	if [[ -n $made_moddir ]]; then
 		rm -rf "$moddir"
-		made_moddir=
 	fi
+	[[ -z $failed ]] || exit 1
+	exit "$rc"
 }
 trap cleanup EXIT
 # An interrupted check cleans up too: the EXIT trap runs when these exit.
 trap 'exit 130' INT
 trap 'exit 143' TERM
-if dpkg-query -W -f='${Status}' "$headers" 2>/dev/null | grep -q 'installed'; then
-	die "$headers is installed already: this check installs and removes it itself"
-fi
-cleanup
+tmp=$(mktemp -d)
 
-# The file name of module $2 in directory $1: modules_install and dkms add .xz (or .zst,
-# .gz) for a kernel with CONFIG_MODULE_COMPRESS, as Debian's has.
+# The name make install gives a module: modules_install adds .xz (or .zst, .gz) for a
+# kernel with CONFIG_MODULE_COMPRESS, as Debian's has.
 ko=.ko
 if grep -qx 'CONFIG_MODULE_COMPRESS_XZ=y' "$kdir/.config"; then ko=.ko.xz
 elif grep -qx 'CONFIG_MODULE_COMPRESS_ZSTD=y' "$kdir/.config"; then ko=.ko.zst
@@ -121,7 +141,10 @@ rm -rf "$src/rust/core/target"
 # dkms signs what it builds with mok_signing_key and mok_certificate (sign_file defaults
 # to the headers package's scripts/sign-file).  Here the kernel's own build key: its
 # certificate is in the kernel's builtin keyring, as a distribution's MOK would be enrolled.
-mkdir -p "$(dirname "$signing_conf")"
+if [[ ! -d $(dirname "$signing_conf") ]]; then
+	mkdir -p "$(dirname "$signing_conf")"
+	made_confdir=1
+fi
 printf 'mok_signing_key="%s"\nmok_certificate="%s"\n' "$key" "$cert" >"$signing_conf"
 
 dkms add "$name/$version"
@@ -129,8 +152,9 @@ log "dkms: build and install for $release against /lib/modules/$release/build"
 dkms build "$name/$version" -k "$release"
 dkms install "$name/$version" -k "$release" --force
 installed=/lib/modules/$release/updates/dkms
-signer=$(openssl x509 -inform DER -in "$cert" -noout -subject -nameopt multiline |
-	sed -n 's/^ *commonName *= *//p')
+# The key a module is signed with, by its certificate's serial number (the subject of a
+# generated key is the same for every kernel build), as modinfo prints it: XX:XX:...
+serial=$(openssl x509 -inform DER -in "$cert" -noout -serial | sed 's/^serial=//; s/../&:/g; s/:$//')
 # dkms compresses as the kernel's installed modules are (their modules.dep): for this
 # kernel, whose modules are built in, not at all; on a Debian install, .ko.xz.
 dkms_ko() {
@@ -142,12 +166,13 @@ dkms_ko() {
 }
 for m in rkf_percpu rkf_stack rkf_multi; do
 	f=$(dkms_ko "$m") || die "dkms did not install $m.ko in $installed"
-	got=$(modinfo -F signer "$f")
-	[[ $got == "$signer" ]] || die "dkms's $f is signed by '$got', not by '$signer'"
+	got=$(modinfo -F sig_key "$f")
+	[[ ${got^^} == "${serial^^}" ]] ||
+		die "dkms's $f is signed with key '${got:-none}', not with the kernel's ($serial)"
 done
 [[ -z $(compgen -G "$installed/rkf_testmod.ko*") ]] || die "dkms installed the test-only rkf_testmod"
 dkms status "$name/$version"
-log "dkms: the three modules are signed by '$signer'"
+log "dkms: the three modules are signed with the kernel's key (serial $serial)"
 
 # The guest sees the host's /lib/modules through vng's own module overlay, so the
 # installed files are handed over by a copy, checked identical.
@@ -158,7 +183,7 @@ for m in rkf_percpu rkf_stack rkf_multi; do
 	cp "$f" "$mods/"
 	cmp "$f" "$mods/$(basename "$f")"
 done
-RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" distro --out "$RKF_ROOT/build/vm/dkms" -- tests/guest-dkms.sh
+RKF_DKMS_MODDIR=$mods "$RKF_ROOT/scripts/vm.sh" distro --out "$RKF_ROOT/build/vm/dkms" -- "$RKF_ROOT/tests/guest-dkms.sh"
 
 log "dkms: a kernel tree without CONFIG_RUST must be refused"
 norust=$tmp/linux-norust

@@ -13,11 +13,8 @@ load_modules "$RKF_MODDIR" "${modules[@]}"
 
 {
 	echo "kernel $(uname -r), source linux-source-7.3 ${RKF_KSRC_VERSION:-unknown}${RKF_KCONFIG:+, config $RKF_KCONFIG}"
-	if [[ -n ${RKF_VM_CPU:-} ]]; then
-		echo "cpu $RKF_VM_CPU$(sed -n 's/^model name[[:space:]]*: / (/p' /proc/cpuinfo | head -1)): retbleed: $(cat /sys/devices/system/cpu/vulnerabilities/retbleed); $(dmesg | grep -o 'active return thunk: [a-z_]*' | tail -1)"
-	else
-		echo "cpu: qemu's default for TCG (no return thunk or call depth tracking active)"
-	fi
+	thunk=$(dmesg | grep -o 'active return thunk: [a-z_]*' | tail -1)
+	echo "cpu ${RKF_VM_CPU:-max (the vng default)} ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)): retbleed: $(cat /sys/devices/system/cpu/vulnerabilities/retbleed); ${thunk:-no return thunk}"
 	echo
 	"$RKF_ROOT/target/release/rkf-bench" "$@"
 } | tee "$RKF_OUT/bench.md"

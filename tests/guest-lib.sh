@@ -13,8 +13,12 @@ load_modules() {
 		for f in "$dir/$m.ko" "$dir/$m.ko.xz" "$dir/$m.ko.zst" "$dir/$m.ko.gz" ""; do
 			[[ -z $f || -f $f ]] && break
 		done
-		if [[ -z $f ]] || ! insmod "$f"; then
-			echo "# insmod $dir/$m.ko${f:+ ($f)} failed${f:-: no such file}:"
+		if [[ -z $f ]]; then
+			echo "# no $dir/$m.ko (nor .ko.xz, .ko.zst, .ko.gz)"
+			exit 1
+		fi
+		if ! insmod "$f"; then
+			echo "# insmod $f failed:"
 			dmesg | tail -5 | sed 's/^/# /'
 			exit 1
 		fi
