@@ -13,7 +13,7 @@ load_modules "$RKF_MODDIR" "${modules[@]}"
 
 {
 	echo "kernel $(uname -r), source linux-source-7.3 ${RKF_KSRC_VERSION:-unknown}${RKF_KCONFIG:+, config $RKF_KCONFIG}"
-	thunk=$(dmesg | grep -o 'active return thunk: [a-z_]*' | tail -1)
+	thunk=$(return_thunk)
 	echo "cpu ${RKF_VM_CPU:-max (the vng default)} ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)): retbleed: $(cat /sys/devices/system/cpu/vulnerabilities/retbleed); ${thunk:-no return thunk}"
 	echo
 	"$RKF_ROOT/target/release/rkf-bench" "$@"

@@ -37,3 +37,8 @@ unload_modules() {
 	done
 	return "$rc"
 }
+
+# return_thunk: the kernel's "active return thunk: NAME" line, or nothing if it chose none.
+return_thunk() {
+	dmesg | grep -o 'active return thunk: [a-z_]*' | tail -1
+}

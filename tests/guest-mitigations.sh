@@ -13,6 +13,7 @@
 # A kernel that did not turn the mitigation on fails the run: the tests would not test it.
 set -u
 : "${RKF_OUT:?}" "${RKF_ROOT:?}"
+source "$RKF_ROOT/tests/guest-lib.sh"
 mode=${1:?MODE}
 script=${2:?GUEST-SCRIPT}
 shift 2
@@ -22,7 +23,7 @@ echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-)"
 for f in retbleed spec_rstack_overflow spectre_v2; do
 	echo "# $f: $(cat "$vuln/$f" 2>/dev/null || echo absent)"
 done
-thunk=$(dmesg | grep -o 'active return thunk: [a-z_]*' | tail -1)
+thunk=$(return_thunk)
 echo "# ${thunk:-no return thunk chosen}"
 
 fail() {

@@ -425,7 +425,7 @@ mod multi {
     pub(super) fn per_call_only() -> Result<()> {
         let mut obj = MaybeUninit::uninit();
         let skel = open(&mut obj)?;
-        per_call_table(&skel)
+        per_call_table(&skel, &getpgid_target()?)
     }
 
     pub(super) fn bench() -> Result<()> {
@@ -510,12 +510,18 @@ mod multi {
             }
         }
 
-        per_call_table(&skel)?;
-        per_call_with_others(&skel, &funcs)
+        let target = getpgid_target()?;
+        per_call_table(&skel, &target)?;
+        per_call_with_others(&skel, &funcs, &target)
+    }
+
+    /// The traced function of the per-call tables.
+    fn getpgid_target() -> Result<Vec<Func>> {
+        Ok(multi::resolve(&["__x64_sys_getpgid"])?.funcs)
     }
 
     /// The cost of each way of tracing one call of `getpgid()`.
-    fn per_call_table(skel: &BenchMultiSkel<'_>) -> Result<()> {
+    fn per_call_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
         println!();
         println!(
             "Per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):"
@@ -523,7 +529,6 @@ mod multi {
         println!();
         let base = getpgid_loop();
         let per = |d: Duration| per_call(d, base);
-        let target = multi::resolve(&["__x64_sys_getpgid"])?.funcs;
         let single = {
             let _l = skel.progs.single_fentry.attach().context("single fentry")?;
             per(getpgid_loop())
@@ -535,12 +540,12 @@ mod multi {
         let mut rows: Vec<(&str, f64)> =
             vec![("single fentry", single), ("single fexit", single_fexit)];
         {
-            let _l = Link::attach(&skel.progs.rkf_fentry, &target, None)
+            let _l = Link::attach(&skel.progs.rkf_fentry, target, None)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             rows.push(("rkf_multi fentry", per(getpgid_loop())));
         }
         {
-            let _l = Link::attach(&skel.progs.rkf_fexit, &target, None)
+            let _l = Link::attach(&skel.progs.rkf_fexit, target, None)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             rows.push(("rkf_multi fexit", per(getpgid_loop())));
         }
@@ -573,9 +578,11 @@ mod multi {
     }
 
     /// The same hit with many other functions attached.
-    fn per_call_with_others(skel: &BenchMultiSkel<'_>, funcs: &[Func]) -> Result<()> {
-        let target = multi::resolve(&["__x64_sys_getpgid"])?.funcs;
-
+    fn per_call_with_others(
+        skel: &BenchMultiSkel<'_>,
+        funcs: &[Func],
+        target: &[Func],
+    ) -> Result<()> {
         // The same hit with many other functions attached: what the lookup of the traced
         // function costs as the set grows.  The others are attached first and the loop
         // timed as the baseline, so that calls to them do not count.
@@ -601,7 +608,7 @@ mod multi {
             let rkf = |prog| -> Result<f64> {
                 let _others = Link::attach(prog, set, None).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let base = getpgid_loop();
-                let _l = Link::attach(prog, &target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let _l = Link::attach(prog, target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
                 Ok(per_call(getpgid_loop(), base))
             };
             let (rkf_fentry, rkf_fexit) =
