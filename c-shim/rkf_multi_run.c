@@ -75,6 +75,37 @@ rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long ret_ip)
 /* The index is built in Rust with the 64-bit generic hash_64(). */
 static_assert(BITS_PER_LONG == 64);
 
+/*
+ * What programs run under: RCU, and no migration, as rcu_read_lock_dont_migrate() gives
+ * a BPF trampoline.  That disables migration only with PREEMPT_RCU (elsewhere
+ * rcu_read_lock() disables preemption), and vmlinux inlines migrate_disable() and
+ * migrate_enable(), but a module calls them out of line (include/linux/sched.h: the
+ * inline ones need runqueues): about 20 instructions a program, a fifth of a single
+ * fentry's whole cost on the distro kernel.  So off PREEMPT_RT, preemption is disabled
+ * instead, inline, as rcu_read_lock() does without PREEMPT_RCU and as kprobe programs
+ * run: a non-sleepable program needs no more.  PREEMPT_RT keeps migrate_disable(), as
+ * there a program may take spinlock_t locks, which sleep.
+ */
+static __always_inline void rkf_multi_run_lock(void)
+{
+	if (IS_ENABLED(CONFIG_PREEMPT_RT)) {
+		rcu_read_lock_dont_migrate();
+	} else {
+		preempt_disable();
+		rcu_read_lock();
+	}
+}
+
+static __always_inline void rkf_multi_run_unlock(void)
+{
+	if (IS_ENABLED(CONFIG_PREEMPT_RT)) {
+		rcu_read_unlock_migrate();
+	} else {
+		rcu_read_unlock();
+		preempt_enable();
+	}
+}
+
 /* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
 {
@@ -110,7 +141,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 	u64 fexit = 0;
 	u32 i;
 
-	rcu_read_lock_dont_migrate();
+	rkf_multi_run_lock();
 	/* Once: the function and its programs must come from the same table. */
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
@@ -126,7 +157,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 			fexit = 1;
 		}
 	}
-	rcu_read_unlock_migrate();
+	rkf_multi_run_unlock();
 	return fexit;
 }
 
@@ -145,7 +176,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 
 	/* bpf_get_func_ret() reads the slot after the last argument. */
 	ctx[ctx[-1] & 0xff] = ctx[RKF_MULTI_CTX_RET];
-	rcu_read_lock_dont_migrate();
+	rkf_multi_run_lock();
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
 	if (f) {
@@ -154,7 +185,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 		for (i = f->nr_fentry; i < f->nr_progs; i++)
 			rkf_multi_run(&p[i], ctx);
 	}
-	rcu_read_unlock_migrate();
+	rkf_multi_run_unlock();
 	/*
 	 * Only the module's unloading waits, and then nothing is traced any more:
 	 * wake_up_var() calls functions a link could trace, which would recurse through here.
@@ -173,9 +204,9 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
  */
 notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 {
-	rcu_read_lock_dont_migrate();
+	rkf_multi_run_lock();
 	rkf_multi_run(p, ctx);
-	rcu_read_unlock_migrate();
+	rkf_multi_run_unlock();
 }
 
 /**

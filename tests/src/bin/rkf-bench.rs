@@ -421,6 +421,19 @@ mod multi {
         skeleton::load::<BenchMultiSkelBuilder>(obj, "bench_multi.bpf.c", skeleton::as_built)
     }
 
+    /// The program of a link on `__x64_sys_getpgid` alone ran on each of the `CALLS`
+    /// calls of one [`getpgid_loop()`]: a row measures the program's run, not a skip.
+    fn ran_every_call(name: &str, l: &Link) -> Result<()> {
+        let info = l.info()?;
+        match info.funcs.as_slice() {
+            [f] if f.hits == CALLS && f.misses == 0 => Ok(()),
+            funcs => bail!(
+                "{name}: the program must run once per call ({CALLS} hits, 0 misses), the link reports {:?}",
+                funcs.iter().map(|f| (f.hits, f.misses)).collect::<Vec<_>>()
+            ),
+        }
+    }
+
     /// The per-call table alone.
     pub(super) fn per_call_only() -> Result<()> {
         let mut obj = MaybeUninit::uninit();
@@ -539,15 +552,13 @@ mod multi {
         };
         let mut rows: Vec<(&str, f64)> =
             vec![("single fentry", single), ("single fexit", single_fexit)];
-        {
-            let _l = Link::attach(&skel.progs.rkf_fentry, target, None)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            rows.push(("rkf_multi fentry", per(getpgid_loop())));
-        }
-        {
-            let _l = Link::attach(&skel.progs.rkf_fexit, target, None)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            rows.push(("rkf_multi fexit", per(getpgid_loop())));
+        for (name, prog) in [
+            ("rkf_multi fentry", &skel.progs.rkf_fentry),
+            ("rkf_multi fexit", &skel.progs.rkf_fexit),
+        ] {
+            let l = Link::attach(prog, target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            rows.push((name, per(getpgid_loop())));
+            ran_every_call(name, &l)?;
         }
         {
             let p = empty_tracing_prog(TRACE_FENTRY_MULTI, 0)?;
