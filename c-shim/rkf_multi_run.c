@@ -106,6 +106,33 @@ static __always_inline void rkf_multi_run_unlock(void)
 	}
 }
 
+/*
+ * bpf_prog_run() (include/linux/filter.h) without its cant_migrate(), as a BPF
+ * trampoline calls a program: with CONFIG_DEBUG_ATOMIC_SLEEP that calls the traceable
+ * __cant_migrate(), and a link on it would then count every other link's runs.  The
+ * caller holds rkf_multi_run_lock(), which is what cant_migrate() checks.
+ */
+static __always_inline void rkf_multi_prog_run(const struct bpf_prog *prog, u64 *ctx)
+{
+	if (static_branch_unlikely(&bpf_stats_enabled_key)) {
+		struct bpf_prog_stats *stats;
+		u64 duration, start = sched_clock();
+		unsigned long flags;
+
+		prog->bpf_func(ctx, prog->insnsi);
+		duration = sched_clock() - start;
+		if (likely(prog->stats)) {
+			stats = this_cpu_ptr(prog->stats);
+			flags = u64_stats_update_begin_irqsave(&stats->syncp);
+			u64_stats_inc(&stats->cnt);
+			u64_stats_add(&stats->nsecs, duration);
+			u64_stats_update_end_irqrestore(&stats->syncp, flags);
+		}
+	} else {
+		prog->bpf_func(ctx, prog->insnsi);
+	}
+}
+
 /* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
 {
@@ -114,7 +141,7 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *c
 
 	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
 	if (likely(bpf_prog_get_recursion_context(prog))) {
-		bpf_prog_run(prog, ctx);
+		rkf_multi_prog_run(prog, ctx);
 		atomic64_inc(&p->stats->hits);
 	} else {
 		atomic64_inc(&p->stats->misses);

@@ -11,6 +11,8 @@
 //! (bpf_fentry_test10() returns its argument and has no side effect: clang folds the
 //! call away, so it never runs on this kernel.)
 
+mod run_path;
+
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 
 use anyhow::{bail, Context, Result};
@@ -82,6 +84,14 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_ioctl_fuzz",
         run: ioctl_fuzz,
+    },
+    Test {
+        name: "multi_run_path_calls_nothing_traceable",
+        run: run_path::run_path_untraced,
+    },
+    Test {
+        name: "multi_run_stats_kept",
+        run: run_path::run_stats_kept,
     },
 ];
 

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Nothing traceable on rkf_multi's program-run path but what its deny list refuses.
+//!
+//! A traceable function that the trampolines call on their way to a program would count
+//! a run of every other link's program if a link traced it, and get a recursion miss for
+//! every run if the link also holds the function being traced.  `bpf_prog_run()` did that
+//! once: its `cant_migrate()` calls the traceable `__cant_migrate()` under
+//! CONFIG_DEBUG_ATOMIC_SLEEP (include/linux/kernel.h), which a BPF trampoline never calls.
+//! Which functions the path calls out of line depends on the kernel's config (PREEMPT_RCU,
+//! KASAN, DEBUG_ATOMIC_SLEEP, ...), so the test asks the kernel: the function graph
+//! tracer, started at the traced functions, records every traceable function the
+//! trampolines call.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    mem::MaybeUninit,
+    path::PathBuf,
+};
+
+use anyhow::{Context, Result};
+
+use super::{attach, reset, setup, trigger};
+use crate::{check, check_eq, diag};
+use rkf::multi;
+
+/// Calls of each traced function per phase: a function counts as on the path when it is
+/// called under every one of them (an interrupt's or a preemption's functions, recorded
+/// now and then, are not).
+const RUNS: usize = 5;
+
+/// Functions rkf_multi's path called on some kernel and no longer does (the C shim runs
+/// programs without `bpf_prog_run()`'s `cant_migrate()`).
+const OFF_THE_PATH: &[&str] = &["__cant_migrate"];
+
+/// The function graph tracer, started at `roots` with interrupts left out, for as long as
+/// this lives; the tracer is `nop` again and the filter empty after.
+struct GraphTrace {
+    dir: PathBuf,
+}
+
+impl GraphTrace {
+    fn write(&self, file: &str, what: &str) -> Result<()> {
+        std::fs::write(self.dir.join(file), what)
+            .with_context(|| format!("write {what:?} to {}", self.dir.join(file).display()))
+    }
+
+    fn start(roots: &[&str]) -> Result<Self> {
+        let dir = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|d| d.join("current_tracer").exists())
+            .context("no tracefs (mount -t tracefs nodev /sys/kernel/tracing)")?;
+        let t = Self { dir };
+        t.write("tracing_on", "0")?;
+        t.write("current_tracer", "nop")?;
+        t.write("set_graph_function", &roots.join(" "))?;
+        t.write("current_tracer", "function_graph")?;
+        t.write("trace_options", "nofuncgraph-irqs")?;
+        // Opening `trace` for writing clears the buffer.
+        t.write("trace", "")?;
+        t.write("tracing_on", "1")?;
+        Ok(t)
+    }
+
+    /// Stops tracing and returns, for each root, the set of functions called directly
+    /// under it in each of its calls.
+    fn calls(&self) -> Result<BTreeMap<String, Vec<BTreeSet<String>>>> {
+        self.write("tracing_on", "0")?;
+        let text = std::fs::read_to_string(self.dir.join("trace"))?;
+        Ok(parse(&text))
+    }
+}
+
+impl Drop for GraphTrace {
+    fn drop(&mut self) {
+        // Best effort: a failure here leaves the tracer on, which the next test's own
+        // start() resets.
+        let _ = self.write("current_tracer", "nop");
+        let _ = self.write("set_graph_function", "");
+        let _ = self.write("trace_options", "funcgraph-irqs");
+        let _ = self.write("tracing_on", "1");
+    }
+}
+
+/// The function graph tracer's lines (`" 0)   0.123 us    |    name();"`): after the
+/// first `|`, two spaces of indent per depth, then the function.  Depth 0 starts a call
+/// of a root; depth 1 is a function it called.
+fn parse(text: &str) -> BTreeMap<String, Vec<BTreeSet<String>>> {
+    let mut out: BTreeMap<String, Vec<BTreeSet<String>>> = BTreeMap::new();
+    let mut root: Option<String> = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((_, rest)) = line.split_once('|') else {
+            continue;
+        };
+        let indent = rest.len() - rest.trim_start().len();
+        let Some((name, _)) = rest.trim_start().split_once('(') else {
+            continue;
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_alphanumeric() || "_.".contains(c))
+        {
+            continue;
+        }
+        match indent {
+            2 => {
+                out.entry(name.to_string())
+                    .or_default()
+                    .push(BTreeSet::new());
+                root = Some(name.to_string());
+            }
+            4 => {
+                if let Some(set) = root.as_ref().and_then(|r| out.get_mut(r)?.last_mut()) {
+                    set.insert(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The functions called under every call of `root`, after checking it was called `RUNS`
+/// times.
+fn on_path(
+    calls: &BTreeMap<String, Vec<BTreeSet<String>>>,
+    root: &str,
+) -> Result<BTreeSet<String>> {
+    let c = calls.get(root).map_or(&[][..], Vec::as_slice);
+    check_eq!(c.len(), RUNS, "calls of {root} the graph tracer recorded");
+    Ok(c.iter().skip(1).fold(c[0].clone(), |acc, s| {
+        acc.intersection(s).cloned().collect()
+    }))
+}
+
+/// An fentry link on bpf_fentry_test1 (a generated trampoline) and an fexit link on
+/// bpf_fentry_test2 (the shared trampoline).  Without them, the graph tracer sees the two
+/// functions call nothing; with them, every traceable function they call is on rkf's deny
+/// list.  Then a link on each function of `OFF_THE_PATH` this kernel has, beside the two
+/// busy links, counts no hit and no miss while they run.
+pub(super) fn run_path_untraced() -> Result<()> {
+    let mut obj = MaybeUninit::uninit();
+    let (mut skel, funcs) = setup(&mut obj)?;
+    let roots = [funcs[0].name.as_str(), funcs[1].name.as_str()];
+    let phase = |skel: &mut super::MultiSkel<'_>| -> Result<BTreeMap<String, BTreeSet<String>>> {
+        let t = GraphTrace::start(&roots)?;
+        for _ in 0..RUNS {
+            trigger(skel)?;
+        }
+        let calls = t.calls()?;
+        drop(t);
+        roots
+            .iter()
+            .map(|r| Ok((r.to_string(), on_path(&calls, r)?)))
+            .collect()
+    };
+    for (root, called) in phase(&mut skel)? {
+        check!(
+            called.is_empty(),
+            "{root}() itself calls {called:?}: not a target here"
+        );
+    }
+    {
+        let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
+        let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
+        for (root, called) in phase(&mut skel)? {
+            diag!("traceable functions rkf_multi calls under {root}(): {called:?}");
+            for f in &called {
+                check!(
+                    rkf_core::multi::denied(f.as_bytes()),
+                    "the trampoline of {root}() calls {f}(), which a link may trace"
+                );
+            }
+        }
+    }
+    for name in OFF_THE_PATH {
+        let Ok(r) = multi::resolve(&[*name]) else {
+            diag!("{name}: not a function this kernel lets rkf_multi trace");
+            continue;
+        };
+        let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
+        let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
+        let watch = attach(&skel.progs.count_fentry1, &r.funcs, None)?;
+        reset(&mut skel)?;
+        for _ in 0..RUNS {
+            trigger(&skel)?;
+        }
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        check_eq!(
+            (bss.counts[0][0], bss.counts[4][1]),
+            (RUNS as u64, RUNS as u64),
+            "the busy links' runs (fentry on {}, fexit on {})",
+            roots[0],
+            roots[1]
+        );
+        let info = watch.info()?;
+        check_eq!(
+            info.funcs
+                .iter()
+                .map(|f| (f.hits, f.misses))
+                .collect::<Vec<_>>(),
+            vec![(0, 0)],
+            "(hits, misses) of a link on {name} while the busy links ran"
+        );
+        diag!("a link on {name}: no hit and no miss in {RUNS} runs of each busy link");
+    }
+    Ok(())
+}
+
+/// The run count and time of program `id` (`struct bpf_prog_info`).
+fn run_stats(id: u32) -> Result<(u64, u64)> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .find(|p| p.id == id)
+        .map(|p| (p.run_cnt, p.run_time_ns))
+        .with_context(|| format!("program {id} is not listed"))
+}
+
+/// Both trampolines keep `bpf_prog_run()`'s statistics (kernel.bpf_stats_enabled, or
+/// `BPF_ENABLE_STATS` as here): with them off a program's run count stays 0, with them on
+/// it counts every run and its time.
+pub(super) fn run_stats_kept() -> Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let mut obj = MaybeUninit::uninit();
+    let (skel, funcs) = setup(&mut obj)?;
+    let fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
+    let fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
+    let ids = [fentry.info()?.prog_id, fexit.info()?.prog_id];
+    for _ in 0..RUNS {
+        trigger(&skel)?;
+    }
+    for id in ids {
+        check_eq!(
+            run_stats(id)?,
+            (0, 0),
+            "program {id}'s (runs, ns) with statistics off"
+        );
+    }
+    {
+        // SAFETY: no pointer is passed; the call returns a new fd or a negative errno.
+        let fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        };
+        check!(
+            fd >= 0,
+            "BPF_ENABLE_STATS: {}",
+            std::io::Error::from_raw_os_error(-fd)
+        );
+        // SAFETY: `fd` was just returned to this process and nothing else owns it.
+        let _stats = unsafe { OwnedFd::from_raw_fd(fd) };
+        for _ in 0..RUNS {
+            trigger(&skel)?;
+        }
+    }
+    for (id, what) in ids
+        .iter()
+        .zip(["fentry (generated trampoline)", "fexit (shared trampoline)"])
+    {
+        let (runs, ns) = run_stats(*id)?;
+        check_eq!(
+            runs,
+            RUNS as u64,
+            "{what} program {id}'s run count with statistics on"
+        );
+        check!(ns > 0, "{what} program {id}: {runs} runs took no time");
+    }
+    Ok(())
+}
