@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rkf_multi's hot path: what programs are verified against, and what the trampolines
- * call to run them.  It must be C: bpf_prog_run(), the run context and the recursion
- * guard are inline, and the template needs BTF.  The table it reads is built and owned
- * by Rust (rust/multi/table.rs), which publishes it here.
+ * call to run them.  It must be C: the program run (__bpf_prog_run()'s), the run context,
+ * the recursion guard and preemption control are inline, and the template needs BTF.
+ * The table it reads is built and owned by Rust (rust/multi/table.rs), which publishes
+ * it here.
  */
 
 #include <linux/bpf.h>
@@ -83,15 +84,17 @@ static_assert(BITS_PER_LONG == 64);
  * inline ones need runqueues): about 20 instructions a program, a fifth of a single
  * fentry's whole cost on the distro kernel.  So off PREEMPT_RT, preemption is disabled
  * instead, inline, as rcu_read_lock() does without PREEMPT_RCU and as kprobe programs
- * run: a non-sleepable program needs no more.  PREEMPT_RT keeps migrate_disable(), as
- * there a program may take spinlock_t locks, which sleep.
+ * run: a non-sleepable program needs no more (it then cannot be preempted either, as a
+ * kprobe program cannot).  The _notrace variants stay inline with DEBUG_PREEMPT too.
+ * PREEMPT_RT keeps migrate_disable(), as there a program may take spinlock_t locks,
+ * which sleep.
  */
 static __always_inline void rkf_multi_run_lock(void)
 {
 	if (IS_ENABLED(CONFIG_PREEMPT_RT)) {
 		rcu_read_lock_dont_migrate();
 	} else {
-		preempt_disable();
+		preempt_disable_notrace();
 		rcu_read_lock();
 	}
 }
@@ -102,7 +105,7 @@ static __always_inline void rkf_multi_run_unlock(void)
 		rcu_read_unlock_migrate();
 	} else {
 		rcu_read_unlock();
-		preempt_enable();
+		preempt_enable_notrace();
 	}
 }
 

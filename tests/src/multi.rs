@@ -86,7 +86,7 @@ pub const TESTS: &[Test] = &[
         run: ioctl_fuzz,
     },
     Test {
-        name: "multi_run_path_calls_nothing_traceable",
+        name: "multi_run_path_calls_only_denied",
         run: run_path::run_path_untraced,
     },
     Test {

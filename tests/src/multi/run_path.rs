@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 
 use super::{attach, reset, setup, trigger};
 use crate::{check, check_eq, diag};
-use rkf::multi;
+use rkf::{kallsyms::Kallsyms, multi};
 
 /// Calls of each traced function per phase: a function counts as on the path when it is
 /// called under every one of them (an interrupt's or a preemption's functions, recorded
@@ -32,6 +32,10 @@ const RUNS: usize = 5;
 /// Functions rkf_multi's path called on some kernel and no longer does (the C shim runs
 /// programs without `bpf_prog_run()`'s `cant_migrate()`).
 const OFF_THE_PATH: &[&str] = &["__cant_migrate"];
+
+/// The counters' slot for a function of `OFF_THE_PATH` (multi.bpf.c's `ips`; the targets
+/// take the first nine).
+const WATCH_SLOT: usize = 15;
 
 /// The function graph tracer, started at `roots` with interrupts left out, for as long as
 /// this lives; the tracer is `nop` again and the filter empty after.
@@ -76,9 +80,10 @@ impl Drop for GraphTrace {
     fn drop(&mut self) {
         // Best effort: a failure here leaves the tracer on, which the next test's own
         // start() resets.
+        // The option first: it belongs to function_graph, and nop has none.
+        let _ = self.write("trace_options", "funcgraph-irqs");
         let _ = self.write("current_tracer", "nop");
         let _ = self.write("set_graph_function", "");
-        let _ = self.write("trace_options", "funcgraph-irqs");
         let _ = self.write("tracing_on", "1");
     }
 }
@@ -137,9 +142,12 @@ fn on_path(
 
 /// An fentry link on bpf_fentry_test1 (a generated trampoline) and an fexit link on
 /// bpf_fentry_test2 (the shared trampoline).  Without them, the graph tracer sees the two
-/// functions call nothing; with them, every traceable function they call is on rkf's deny
-/// list.  Then a link on each function of `OFF_THE_PATH` this kernel has, beside the two
-/// busy links, counts no hit and no miss while they run.
+/// functions call nothing; with them, every traceable function the trampolines call
+/// directly in every run is on rkf's deny list (what those call in turn, and slow paths
+/// such as a preemption at `preempt_enable()`, are the kernel's, as for its own
+/// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
+/// `OFF_THE_PATH` this kernel has, a link on it and bpf_fentry_test1 sees its program run
+/// without calling it, and without a recursion miss.
 pub(super) fn run_path_untraced() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
@@ -175,36 +183,67 @@ pub(super) fn run_path_untraced() -> Result<()> {
             }
         }
     }
+    // One link holds bpf_fentry_test1 and the function: a run of its program that called
+    // the function would recurse into it, a miss there.  The fexit link's runs, from this
+    // thread, would be hits of that program on it, which counts this thread's calls only
+    // (the function has callers all over the kernel).
+    let tid = nix::unistd::gettid().as_raw() as u32;
+    let k = Kallsyms::load()?;
     for name in OFF_THE_PATH {
-        let Ok(r) = multi::resolve(&[*name]) else {
-            diag!("{name}: not a function this kernel lets rkf_multi trace");
+        if k.lookup(name, None).is_err() {
+            diag!("{name}: not in this kernel (its config does not build it)");
             continue;
-        };
-        let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
-        let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
-        let watch = attach(&skel.progs.count_fentry1, &r.funcs, None)?;
+        }
+        let f = multi::resolve(&[*name])?.funcs.remove(0);
+        {
+            let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+            bss.ips[WATCH_SLOT] = f.addr;
+            bss.target_pid = tid;
+        }
         reset(&mut skel)?;
+        let watch = attach(
+            &skel.progs.count_fentry1,
+            &[funcs[0].clone(), f.clone()],
+            None,
+        )?;
+        let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
         for _ in 0..RUNS {
             trigger(&skel)?;
         }
         let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
         check_eq!(
-            (bss.counts[0][0], bss.counts[4][1]),
-            (RUNS as u64, RUNS as u64),
-            "the busy links' runs (fentry on {}, fexit on {})",
+            (
+                bss.counts[1][0],
+                bss.counts[1][WATCH_SLOT],
+                bss.counts[4][1]
+            ),
+            (RUNS as u64, 0, RUNS as u64),
+            "this thread's runs of the program on ({}, {name}) and of the fexit program on {}",
             roots[0],
             roots[1]
         );
         let info = watch.info()?;
-        check_eq!(
+        let of = |addr: u64| {
             info.funcs
                 .iter()
-                .map(|f| (f.hits, f.misses))
-                .collect::<Vec<_>>(),
-            vec![(0, 0)],
-            "(hits, misses) of a link on {name} while the busy links ran"
+                .find(|fi| fi.addr == addr)
+                .map(|fi| (fi.hits, fi.misses))
+        };
+        check_eq!(
+            of(funcs[0].addr),
+            Some((RUNS as u64, 0)),
+            "(hits, misses) of the link on {}",
+            roots[0]
         );
-        diag!("a link on {name}: no hit and no miss in {RUNS} runs of each busy link");
+        check_eq!(
+            of(f.addr).map(|(_, misses)| misses),
+            Some(0),
+            "recursion misses of the link on {name}"
+        );
+        diag!(
+            "a link on {} and {name}: {RUNS} runs, none of them calling {name}",
+            roots[0]
+        );
     }
     Ok(())
 }
@@ -223,6 +262,12 @@ fn run_stats(id: u32) -> Result<(u64, u64)> {
 pub(super) fn run_stats_kept() -> Result<()> {
     use std::os::fd::{FromRawFd, OwnedFd};
 
+    let sysctl = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")?;
+    check_eq!(
+        sysctl.trim(),
+        "0",
+        "kernel.bpf_stats_enabled (statistics must start off)"
+    );
     let mut obj = MaybeUninit::uninit();
     let (skel, funcs) = setup(&mut obj)?;
     let fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
