@@ -83,7 +83,7 @@ impl Reason {
 /// and functions that never return, where fexit makes no sense: the verifier's
 /// `btf_id_deny` and `noreturn_deny` lists (kernel/bpf/verifier.c), and what the
 /// program-run path (c-shim/rkf_multi_run.c) calls out of line on some config (the
-/// selftest `multi_run_path_calls_nothing_traceable` asks the function graph tracer).
+/// selftest `multi_run_path_calls_only_denied` asks the function graph tracer).
 pub const DENY: &[&str] = &[
     "migrate_disable",
     "migrate_enable",
