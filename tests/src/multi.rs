@@ -87,7 +87,7 @@ pub const TESTS: &[Test] = &[
     },
     Test {
         name: "multi_run_path_calls_only_denied",
-        run: run_path::run_path_untraced,
+        run: run_path::run_path_calls_only_denied,
     },
     Test {
         name: "multi_run_stats_kept",

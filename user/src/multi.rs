@@ -13,6 +13,7 @@ use std::{
     fmt,
     fs::{File, OpenOptions},
     os::fd::{AsFd, AsRawFd, OwnedFd},
+    path::PathBuf,
 };
 
 use anyhow::{bail, Context, Result};
@@ -97,22 +98,22 @@ impl Resolved {
     }
 }
 
+/// The tracefs directory: where the kernel mounts it (/sys/kernel/tracing), or its old
+/// place under debugfs.
+pub fn tracefs() -> Result<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.join("current_tracer").exists())
+        .context("no tracefs (mount it: mount -t tracefs nodev /sys/kernel/tracing)")
+}
+
 /// The functions ftrace can hook, with counts: the lines of available_filter_functions,
 /// `name` for vmlinux and `name [module]` for modules.
 pub fn ftrace_functions() -> Result<HashMap<String, u32>> {
-    let paths = [
-        "/sys/kernel/tracing/available_filter_functions",
-        "/sys/kernel/debug/tracing/available_filter_functions",
-    ];
-    let text = paths
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .with_context(|| {
-            format!(
-                "cannot read {} (mount tracefs: mount -t tracefs nodev /sys/kernel/tracing)",
-                paths[0]
-            )
-        })?;
+    let path = tracefs()?.join("available_filter_functions");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut m = HashMap::new();
     for line in text.lines() {
         *m.entry(line.to_string()).or_insert(0) += 1;

@@ -50,12 +50,9 @@ impl GraphTrace {
     }
 
     fn start(roots: &[&str]) -> Result<Self> {
-        let dir = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|d| d.join("current_tracer").exists())
-            .context("no tracefs (mount -t tracefs nodev /sys/kernel/tracing)")?;
-        let t = Self { dir };
+        let t = Self {
+            dir: multi::tracefs()?,
+        };
         t.write("tracing_on", "0")?;
         t.write("current_tracer", "nop")?;
         t.write("set_graph_function", &roots.join(" "))?;
@@ -148,7 +145,7 @@ fn on_path(
 /// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
 /// `OFF_THE_PATH` this kernel has, a link on it and bpf_fentry_test1 sees its program run
 /// without calling it, and without a recursion miss.
-pub(super) fn run_path_untraced() -> Result<()> {
+pub(super) fn run_path_calls_only_denied() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let roots = [funcs[0].name.as_str(), funcs[1].name.as_str()];
