@@ -234,6 +234,8 @@ struct rkf_multi_prog {
  *             shared trampoline finds it by
  * @addr:      its address (bpf_get_func_ip())
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
+ * @sleepable: 1 if one of its programs is sleepable: it then takes the shared trampoline,
+ *             which runs its programs under RCU tasks trace instead of RCU
  * @nr_fentry: fentry programs, in @first.., in attach order
  * @nr_progs:  all programs: the fexit ones follow the fentry ones
  * @first:     its first program in the table's @progs
@@ -241,7 +243,8 @@ struct rkf_multi_prog {
 struct rkf_multi_func {
 	unsigned long ret_ip;
 	unsigned long addr;
-	u32 nr_args;
+	u16 nr_args;
+	u16 sleepable;
 	u32 nr_fentry;
 	u32 nr_progs;
 	u32 first;
@@ -291,14 +294,25 @@ u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
-__rkf_safe void rkf_multi_wait_fexit_frames(void);
+__rkf_safe void rkf_multi_wait_frames(void);
 
 /* c-shim/rkf_multi_check.c: programs and functions, checked. */
-struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id);
+extern const struct btf_kfunc_id_set rkf_multi_fmodret_set;
+struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, bool *sleepable, u32 *id);
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);
 bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mod);
+
+/*
+ * What the error injection list says of a function, for rkf_core::multi::may_sleep()
+ * (enum ErrorInjection there).
+ */
+#define RKF_MULTI_EI_UNCONFIGURED	0	/* no CONFIG_FUNCTION_ERROR_INJECTION */
+#define RKF_MULTI_EI_LISTED		1
+#define RKF_MULTI_EI_NOT_LISTED		2
+#define RKF_MULTI_EI_UNKNOWN		3	/* vmlinux's part: no exported lookup */
+u32 rkf_multi_error_injection(unsigned long addr, struct module *mod);
 
 /* c-shim/rkf_multi_image.c: generated trampolines in BPF text. */
 struct rkf_multi_image;
@@ -311,8 +325,8 @@ void rkf_multi_image_free(struct rkf_multi_image *im);
 /* c-shim/rkf_multi_deferred.c: freeing after grace periods, in process context. */
 __rkf_safe struct workqueue_struct *rkf_multi_deferred_init(void);
 void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(void *garbage),
-		     bool tasks);
-__rkf_safe void rkf_multi_sync(bool tasks);
+		     bool tasks, bool trace);
+__rkf_safe void rkf_multi_sync(bool tasks, bool trace);
 void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 
 /* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */

@@ -8,6 +8,7 @@
 
 #include <linux/bpf.h>
 #include <linux/btf.h>
+#include <linux/error-injection.h>
 #include <linux/kallsyms.h>
 #include <linux/module.h>
 
@@ -17,6 +18,7 @@
  * rkf_multi_prog_get() - take a program to attach
  * @fd:    its fd
  * @fexit: set to whether it is an fexit program
+ * @sleepable: set to whether it is sleepable (fentry.s, fexit.s)
  * @id:    set to its id
  *
  * The program is checked by the function it was verified against, its name and module:
@@ -25,9 +27,9 @@
  *
  * Return: the program, with a reference for bpf_prog_put(), or ERR_PTR(-EBADF) (not a
  * program fd) or ERR_PTR(-EINVAL) (not a TRACING fentry/fexit program loaded against
- * rkf_multi_tmpl6(), or sleepable).
+ * rkf_multi_tmpl6()).
  */
-struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id)
+struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, bool *sleepable, u32 *id)
 {
 	struct bpf_prog *prog = bpf_prog_get_type_dev(fd, BPF_PROG_TYPE_TRACING, false);
 
@@ -37,11 +39,12 @@ struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, u32 *id)
 	     prog->expected_attach_type != BPF_TRACE_FEXIT) ||
 	    prog->aux->mod != THIS_MODULE || !prog->aux->attach_func_name ||
 	    strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6") ||
-	    prog->aux->dst_prog || prog->sleepable) {
+	    prog->aux->dst_prog) {
 		bpf_prog_put(prog);
 		return ERR_PTR(-EINVAL);
 	}
 	*fexit = prog->expected_attach_type == BPF_TRACE_FEXIT;
+	*sleepable = prog->sleepable;
 	*id = prog->aux->id;
 	return prog;
 }
@@ -174,4 +177,33 @@ bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mo
 		return within_module(addr, mod);
 	/* sprint_symbol() appends " [module]" to the symbols of modules. */
 	return !strchr(buf + len, '[') || within_module(addr, THIS_MODULE);
+}
+
+/**
+ * rkf_multi_error_injection() - what the error injection list says of @addr
+ * @addr: a function of @mod, or of vmlinux
+ * @mod:  its module, alive for the call, or NULL for vmlinux (and rkf_multi)
+ *
+ * The list (lib/error-inject.c) is what the verifier takes for functions that may sleep
+ * (check_attach_sleepable() in kernel/bpf/verifier.c).  A module's part is its own
+ * ei_funcs; vmlinux's part has no exported lookup.
+ *
+ * Return: RKF_MULTI_EI_UNCONFIGURED without CONFIG_FUNCTION_ERROR_INJECTION, else
+ * RKF_MULTI_EI_LISTED or RKF_MULTI_EI_NOT_LISTED for a module's function and
+ * RKF_MULTI_EI_UNKNOWN for vmlinux's.
+ */
+u32 rkf_multi_error_injection(unsigned long addr, struct module *mod)
+{
+#ifdef CONFIG_FUNCTION_ERROR_INJECTION
+	unsigned int i;
+
+	if (!mod)
+		return RKF_MULTI_EI_UNKNOWN;
+	for (i = 0; i < mod->num_ei_funcs; i++)
+		if (mod->ei_funcs[i].addr == addr)
+			return RKF_MULTI_EI_LISTED;
+	return RKF_MULTI_EI_NOT_LISTED;
+#else
+	return RKF_MULTI_EI_UNCONFIGURED;
+#endif
 }

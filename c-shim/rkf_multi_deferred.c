@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rkf_multi: freeing what a publication replaced after grace periods, without blocking a
- * worker.  The chain queue_rcu_work() -> call_rcu_tasks() -> work is made of macros and
- * inline initialisers; what is freed, and how, is Rust's (rust/multi/deferred.rs).
+ * worker.  The chain queue_rcu_work() -> call_rcu_tasks() -> call_rcu_tasks_trace() ->
+ * work is made of macros and inline initialisers; what is freed, and how, is Rust's
+ * (rust/multi/deferred.rs).
  */
 
 #include <linux/rcupdate.h>
+#include <linux/srcu.h>
+#include <linux/rcupdate_trace.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
 
@@ -20,6 +23,7 @@ struct rkf_multi_deferred {
 	void *garbage;
 	void (*free)(void *garbage);
 	bool tasks;
+	bool trace;
 };
 
 static void rkf_multi_deferred_free(struct work_struct *work)
@@ -30,15 +34,29 @@ static void rkf_multi_deferred_free(struct work_struct *work)
 	kfree(d);
 }
 
-/* No task runs the garbage's trampolines any more: free it, in process context. */
-static void rkf_multi_deferred_tasks_done(struct rcu_head *rcu)
+/* No task runs the garbage's sleepable programs any more: free it, in process context. */
+static void rkf_multi_deferred_trace_done(struct rcu_head *rcu)
 {
 	struct rkf_multi_deferred *d = container_of(rcu, struct rkf_multi_deferred, tasks_rcu);
 
 	queue_work(d->wq, &d->free_work);
 }
 
-/* No cpu reads the garbage's table any more; for trampolines, wait for tasks too. */
+/* No task runs the garbage's trampolines any more; for sleepable programs, wait more. */
+static void rkf_multi_deferred_tasks_done(struct rcu_head *rcu)
+{
+	struct rkf_multi_deferred *d = container_of(rcu, struct rkf_multi_deferred, tasks_rcu);
+
+	if (d->trace)
+		call_rcu_tasks_trace(&d->tasks_rcu, rkf_multi_deferred_trace_done);
+	else
+		queue_work(d->wq, &d->free_work);
+}
+
+/*
+ * No cpu reads the garbage's table under RCU any more; for trampolines and sleepable
+ * programs, wait for tasks too.
+ */
 static void rkf_multi_deferred_fn(struct work_struct *work)
 {
 	struct rkf_multi_deferred *d =
@@ -46,6 +64,8 @@ static void rkf_multi_deferred_fn(struct work_struct *work)
 
 	if (d->tasks)
 		call_rcu_tasks(&d->tasks_rcu, rkf_multi_deferred_tasks_done);
+	else if (d->trace)
+		call_rcu_tasks_trace(&d->tasks_rcu, rkf_multi_deferred_trace_done);
 	else
 		rkf_multi_deferred_free(&d->free_work);
 }
@@ -53,12 +73,15 @@ static void rkf_multi_deferred_fn(struct work_struct *work)
 /**
  * rkf_multi_sync() - wait until no cpu reads a table published before
  * @tasks: and until no task runs a generated trampoline no site calls any more
+ * @trace: and until no task runs a sleepable program of it (RCU tasks trace)
  */
-void rkf_multi_sync(bool tasks)
+void rkf_multi_sync(bool tasks, bool trace)
 {
 	synchronize_rcu();
 	if (tasks)
 		synchronize_rcu_tasks();
+	if (trace)
+		synchronize_rcu_tasks_trace();
 }
 
 /**
@@ -68,19 +91,22 @@ void rkf_multi_sync(bool tasks)
  * @free:    frees it, in process context
  * @tasks:   it holds generated trampolines no site calls any more: wait also until no
  *           task runs them (an RCU tasks grace period, which covers tasks preempted there)
+ * @trace:   its table had sleepable programs: wait also until no task runs them (an RCU
+ *           tasks trace grace period)
  *
  * Once no cpu can read a table published before (and, with @tasks, no task runs a
- * trampoline of it), a worker calls @free: the old table, a detached link, whose
- * program reference must be dropped in process context, and trampolines.  No worker
- * blocks meanwhile.  Without memory for that, waits for the grace periods here instead.
+ * trampoline of it; with @trace, no task runs a sleepable program of it), a worker calls
+ * @free: the old table, a detached link, whose program reference must be dropped in
+ * process context, and trampolines.  No worker blocks meanwhile.  Without memory for
+ * that, waits for the grace periods here instead.
  */
 void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(void *garbage),
-		     bool tasks)
+		     bool tasks, bool trace)
 {
 	struct rkf_multi_deferred *d = kmalloc(sizeof(*d), GFP_KERNEL);
 
 	if (!d) {
-		rkf_multi_sync(tasks);
+		rkf_multi_sync(tasks, trace);
 		free(garbage);
 		return;
 	}
@@ -88,6 +114,7 @@ void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(vo
 	d->garbage = garbage;
 	d->free = free;
 	d->tasks = tasks;
+	d->trace = trace;
 	INIT_WORK(&d->free_work, rkf_multi_deferred_free);
 	INIT_RCU_WORK(&d->rwork, rkf_multi_deferred_fn);
 	queue_rcu_work(wq, &d->rwork);
@@ -111,9 +138,11 @@ void rkf_multi_deferred_drain(struct workqueue_struct *wq)
 {
 	/* Every queue_rcu_work() has its call_rcu() done after this... */
 	rcu_barrier();
-	/* ...its work run, and with it every call_rcu_tasks()... */
+	/* ...its work run, and with it every call_rcu_tasks() or call_rcu_tasks_trace()... */
 	flush_workqueue(wq);
-	/* ...whose callbacks queue the last works, which destroy_workqueue() drains. */
+	/* ...every RCU tasks callback, which may call call_rcu_tasks_trace(), then those... */
 	rcu_barrier_tasks();
+	rcu_barrier_tasks_trace();
+	/* ...whose callbacks queue the last works, which destroy_workqueue() drains. */
 	destroy_workqueue(wq);
 }

@@ -8,9 +8,13 @@
  */
 
 #include <linux/bpf.h>
+#include <linux/btf.h>
+#include <linux/btf_ids.h>
 #include <linux/filter.h>
 #include <linux/hash.h>
 #include <linux/rcupdate.h>
+#include <linux/srcu.h>
+#include <linux/rcupdate_trace.h>
 #include <linux/wait_bit.h>
 
 #include "rkf.h"
@@ -30,9 +34,10 @@ static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARG
  * @a4: the fifth
  * @a5: the sixth
  *
- * SEC("fentry/rkf_multi_tmpl6") or SEC("fexit/rkf_multi_tmpl6"): the program reads the
- * traced function's arguments as six u64 (and, in fexit, its return value) through ctx,
- * which is the trampoline's frame.  Never called, never traced.
+ * SEC("fentry/rkf_multi_tmpl6") or SEC("fexit/rkf_multi_tmpl6"), or their sleepable
+ * "fentry.s/" and "fexit.s/" forms: the program reads the traced function's arguments as
+ * six u64 (and, in fexit, its return value) through ctx, which is the trampoline's frame.
+ * Never called, never traced.
  *
  * Return: 0.
  */
@@ -42,11 +47,31 @@ noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64
 	return 0;
 }
 
+/*
+ * The verifier lets a tracing program be sleepable only on a function that may sleep
+ * (btf_id_allow_sleepable() in kernel/bpf/verifier.c): one on the error injection list,
+ * or in an fmodret set with KF_SLEEPABLE.  The template is the latter; which functions a
+ * sleepable program may then trace is rkf_multi's check at attach time, as upstream's
+ * tracing_multi checks its targets at attach time.
+ */
+BTF_SET8_START(rkf_multi_fmodret_ids)
+BTF_ID_FLAGS(func, rkf_multi_tmpl6, KF_SLEEPABLE)
+BTF_SET8_END(rkf_multi_fmodret_ids)
+
+const struct btf_kfunc_id_set rkf_multi_fmodret_set = {
+	.owner = THIS_MODULE,
+	.set = &rkf_multi_fmodret_ids,
+};
+
 /* The traced functions; NULL when there are none.  Written under the registry's lock. */
 static const struct rkf_multi_table __rcu *rkf_multi_table;
 
-/* Shared-trampoline fexit calls in flight: its frame is on their stacks until they return. */
-static atomic_long_t rkf_multi_fexit_frames = ATOMIC_LONG_INIT(0);
+/*
+ * Shared-trampoline frames that may sleep, fexit calls and sleepable program runs: the
+ * frame is on their stacks until they return, and RCU tasks takes a sleeping task for
+ * one that left the trampoline.
+ */
+static atomic_long_t rkf_multi_frames = ATOMIC_LONG_INIT(0);
 static bool rkf_multi_unloading;
 
 /*
@@ -136,7 +161,10 @@ static __always_inline void rkf_multi_prog_run(const struct bpf_prog *prog, u64 
 	}
 }
 
-/* __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c. */
+/*
+ * __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c, or
+ * their _sleepable_ forms: the caller holds rkf_multi_run_lock(), or RCU tasks trace.
+ */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->cookie };
@@ -151,6 +179,79 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *c
 	}
 	bpf_prog_put_recursion_context(prog);
 	bpf_reset_run_ctx(run_ctx.saved_run_ctx);
+}
+
+/*
+ * Only the module's unloading waits, and then nothing is traced any more: wake_up_var()
+ * calls functions a link could trace, which would recurse through here.
+ */
+static __always_inline void rkf_multi_frame_done(void)
+{
+	if (atomic_long_dec_and_test(&rkf_multi_frames) && READ_ONCE(rkf_multi_unloading))
+		wake_up_var(&rkf_multi_frames);
+}
+
+/*
+ * One program of a function with sleepable programs, under RCU tasks trace: a sleepable
+ * one as __bpf_prog_enter_sleepable_recur() runs it, without migration, the others as
+ * always.  Its might_fault() is left out: with DEBUG_ATOMIC_SLEEP that calls the
+ * traceable __might_fault(), and the run path calls nothing traceable that is not denied
+ * (rkf_core::multi::DENY); what faults in a program, bpf_copy_from_user(), checks it.
+ */
+static notrace void rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	if (p->prog->sleepable) {
+		migrate_disable();
+		rkf_multi_run(p, ctx);
+		migrate_enable();
+	} else {
+		rkf_multi_run_lock();
+		rkf_multi_run(p, ctx);
+		rkf_multi_run_unlock();
+	}
+}
+
+/*
+ * The run of a function with sleepable programs, for rkf_multi_shared_fentry() (@entry:
+ * its fentry programs) and rkf_multi_shared_fexit() (its fexit ones): under RCU tasks
+ * trace, which the tables are also freed after, with the frame counted in flight
+ * (@in_flight: it already is, since the function's entry).  Returns whether the
+ * trampoline must come back for fexit programs; the frame then stays in flight.
+ */
+static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret_ip,
+						     bool entry, bool in_flight)
+{
+	const struct rkf_multi_table *t;
+	const struct rkf_multi_func *f;
+	bool fexit = false;
+	u32 i, first, last;
+
+	if (!in_flight)
+		atomic_long_inc(&rkf_multi_frames);
+	rcu_read_lock_trace();
+	/* Again: the table may have changed since the caller's lookup under RCU. */
+	t = rcu_dereference_check(rkf_multi_table, rcu_read_lock_trace_held());
+	f = rkf_multi_lookup(t, ret_ip);
+	if (f) {
+		const struct rkf_multi_prog *p = &t->progs[f->first];
+
+		if (entry) {
+			ctx[-1] = f->nr_args;
+			ctx[-2] = f->addr;
+			first = 0;
+			last = f->nr_fentry;
+			fexit = f->nr_progs > f->nr_fentry;
+		} else {
+			first = f->nr_fentry;
+			last = f->nr_progs;
+		}
+		for (i = first; i < last; i++)
+			rkf_multi_run_any(&p[i], ctx);
+	}
+	rcu_read_unlock_trace();
+	if (!fexit)
+		rkf_multi_frame_done();
+	return fexit;
 }
 
 /**
@@ -175,6 +276,10 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 	/* Once: the function and its programs must come from the same table. */
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
+	if (f && unlikely(f->sleepable)) {
+		rkf_multi_run_unlock();
+		return rkf_multi_run_sleepable(ctx, ret_ip, true, false);
+	}
 	if (f) {
 		const struct rkf_multi_prog *p = &t->progs[f->first];
 
@@ -183,7 +288,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 		for (i = 0; i < f->nr_fentry; i++)
 			rkf_multi_run(&p[i], ctx);
 		if (f->nr_progs > f->nr_fentry) {
-			atomic_long_inc(&rkf_multi_fexit_frames);
+			atomic_long_inc(&rkf_multi_frames);
 			fexit = 1;
 		}
 	}
@@ -209,6 +314,11 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 	rkf_multi_run_lock();
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
+	if (f && unlikely(f->sleepable)) {
+		rkf_multi_run_unlock();
+		rkf_multi_run_sleepable(ctx, ret_ip, false, true);
+		return;
+	}
 	if (f) {
 		const struct rkf_multi_prog *p = &t->progs[f->first];
 
@@ -216,12 +326,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 			rkf_multi_run(&p[i], ctx);
 	}
 	rkf_multi_run_unlock();
-	/*
-	 * Only the module's unloading waits, and then nothing is traced any more:
-	 * wake_up_var() calls functions a link could trace, which would recurse through here.
-	 */
-	if (atomic_long_dec_and_test(&rkf_multi_fexit_frames) && READ_ONCE(rkf_multi_unloading))
-		wake_up_var(&rkf_multi_fexit_frames);
+	rkf_multi_frame_done();
 }
 
 /**
@@ -254,17 +359,23 @@ const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *ta
 }
 
 /**
- * rkf_multi_wait_fexit_frames() - wait until no shared-trampoline frame is in flight
+ * rkf_multi_wait_frames() - wait until no shared-trampoline frame is in flight
  *
  * For the module's unloading.  With no function hooked any more, no new call enters the
  * trampoline after synchronize_rcu_tasks() (which also covers tasks preempted inside
- * it); tasks still inside a traced function return through it, and are waited for.
+ * it); tasks still inside a traced function or a sleepable program return through it,
+ * and are waited for, and then for the last instructions of their way out.
  */
-void rkf_multi_wait_fexit_frames(void)
+void rkf_multi_wait_frames(void)
 {
 	WRITE_ONCE(rkf_multi_unloading, true);
 	/* Orders the flag before the count read by wait_var_event(). */
 	smp_mb();
 	synchronize_rcu_tasks();
-	wait_var_event(&rkf_multi_fexit_frames, !atomic_long_read(&rkf_multi_fexit_frames));
+	wait_var_event(&rkf_multi_frames, !atomic_long_read(&rkf_multi_frames));
+	/*
+	 * A task that counted its frame done may have been preempted on its way out of the
+	 * trampoline's text: no task is inside it after this.
+	 */
+	synchronize_rcu_tasks();
 }

@@ -131,4 +131,14 @@ extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u
 #define RKF_MULTI_FENTRY SEC("fentry/rkf_multi_tmpl6")
 #define RKF_MULTI_FEXIT SEC("fexit/rkf_multi_tmpl6")
 
+/*
+ * Sleepable forms: the program may call bpf_copy_from_user() and other helpers that
+ * sleep.  It may trace only functions that may sleep, by the verifier's rule for
+ * sleepable fentry/fexit programs (without CONFIG_FUNCTION_ERROR_INJECTION, the syscall
+ * wrappers __x64_*; with it, a module's ALLOW_ERROR_INJECTION() functions and vmlinux's
+ * syscalls): attaching it to any other fails with EINVAL naming the function.
+ */
+#define RKF_MULTI_FENTRY_S SEC("fentry.s/rkf_multi_tmpl6")
+#define RKF_MULTI_FEXIT_S SEC("fexit.s/rkf_multi_tmpl6")
+
 #endif /* __RKF_BPF_H */

@@ -23,6 +23,7 @@
 //! - an attached link, in [`link`];
 //! - generated trampolines, given what they run, in [`image`];
 //! - the table built from the links, and its publication, in [`table`];
+//! - the template as one sleepable programs may load against, in [`template`];
 //! - freeing after grace periods, in [`deferred`];
 //! - the links, and attach and detach, in [`registry`];
 //! - `/dev/rkf_multi`, in [`device`].
@@ -38,3 +39,4 @@ pub(crate) mod registry;
 mod request;
 pub(crate) mod shared;
 mod table;
+pub(crate) mod template;

@@ -62,8 +62,8 @@ mod rkf_h;
 mod tramp_core;
 
 use multi::{
-    deferred::Deferred, device::LinkFile, ftrace::FtraceOps, registry::Registry,
-    shared::FexitFrames,
+    deferred::Deferred, device::LinkFile, ftrace::FtraceOps, registry::Registry, shared::Frames,
+    template::SleepableTemplate,
 };
 
 module! {
@@ -89,20 +89,22 @@ const _: () = {
 /// Fields are dropped in declaration order, and each needs the ones after it until it is
 /// gone: first the device, so that no file can be opened any more (and none is open: an
 /// open file holds a module reference, so no link exists either); then the registry, with
-/// no link and no table left; then the shared trampoline's fexit frames, waited for until
-/// every task that was inside a traced function has returned through its text; then the
-/// deferred frees, drained, with the last tables, links and generated trampolines; last
-/// the ftrace_ops, which ftrace gave up with the last site.
+/// no link and no table left; then the shared trampoline's frames, waited for until every
+/// task that was inside a traced function or a sleepable program has returned through its
+/// text; then the deferred frees, drained, with the last tables, links and generated
+/// trampolines; then the ftrace_ops, which ftrace gave up with the last site; last the
+/// sleepable template's registration, which has nothing to undo.
 #[pin_data]
 pub(crate) struct RkfMulti {
     #[pin]
     dev: MiscDeviceRegistration<LinkFile>,
     #[pin]
     registry: Mutex<Registry>,
-    fexit_frames: FexitFrames,
+    frames: Frames,
     deferred: Deferred,
     #[pin]
     ops: FtraceOps,
+    _sleepable: SleepableTemplate,
 }
 
 impl kernel::InPlaceModule for RkfMulti {
@@ -110,9 +112,10 @@ impl kernel::InPlaceModule for RkfMulti {
         try_pin_init!(Self {
             // Initialised in reverse: everything the device's files reach exists before
             // the device does.
+            _sleepable: SleepableTemplate::register()?,
             ops <- FtraceOps::new(),
             deferred: Deferred::new()?,
-            fexit_frames: FexitFrames::new(),
+            frames: Frames::new(),
             registry <- new_mutex!(Registry::new()),
             dev <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"rkf_multi",

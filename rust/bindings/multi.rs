@@ -15,6 +15,10 @@ pub const RKF_MULTI_MAX_ARGS: u32 = 6;
 pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
+pub const RKF_MULTI_EI_UNCONFIGURED: u32 = 0;
+pub const RKF_MULTI_EI_LISTED: u32 = 1;
+pub const RKF_MULTI_EI_NOT_LISTED: u32 = 2;
+pub const RKF_MULTI_EI_UNKNOWN: u32 = 3;
 #[repr(C)]
 pub struct rkf_multi_attach_request {
     pub prog_fd: __u32,
@@ -60,7 +64,8 @@ pub struct rkf_multi_prog {
 pub struct rkf_multi_func {
     pub ret_ip: ffi::c_ulong,
     pub addr: ffi::c_ulong,
-    pub nr_args: u32_,
+    pub nr_args: u16_,
+    pub sleepable: u16_,
     pub nr_fentry: u32_,
     pub nr_progs: u32_,
     pub first: u32_,
@@ -100,10 +105,18 @@ unsafe extern "C" {
     pub fn rkf_multi_publish(table: *const rkf_multi_table) -> *const rkf_multi_table;
 }
 unsafe extern "C" {
-    pub safe fn rkf_multi_wait_fexit_frames();
+    pub safe fn rkf_multi_wait_frames();
 }
 unsafe extern "C" {
-    pub fn rkf_multi_prog_get(fd: u32_, fexit: *mut bool_, id: *mut u32_) -> *mut bpf_prog;
+    pub static rkf_multi_fmodret_set: btf_kfunc_id_set;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_prog_get(
+        fd: u32_,
+        fexit: *mut bool_,
+        sleepable: *mut bool_,
+        id: *mut u32_,
+    ) -> *mut bpf_prog;
 }
 unsafe extern "C" {
     pub fn rkf_multi_prog_ctx_args(prog: *const bpf_prog) -> u32_;
@@ -124,6 +137,9 @@ unsafe extern "C" {
         name: *const ffi::c_char,
         mod_: *mut module,
     ) -> bool_;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_error_injection(addr: ffi::c_ulong, mod_: *mut module) -> u32_;
 }
 #[repr(C)]
 #[derive(Debug)]
@@ -158,10 +174,11 @@ unsafe extern "C" {
         garbage: *mut ffi::c_void,
         free: ::core::option::Option<unsafe extern "C" fn(garbage: *mut ffi::c_void)>,
         tasks: bool_,
+        trace: bool_,
     );
 }
 unsafe extern "C" {
-    pub safe fn rkf_multi_sync(tasks: bool_);
+    pub safe fn rkf_multi_sync(tasks: bool_, trace: bool_);
 }
 unsafe extern "C" {
     pub fn rkf_multi_deferred_drain(wq: *mut workqueue_struct);

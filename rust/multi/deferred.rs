@@ -35,8 +35,9 @@ impl Deferred {
     }
 
     /// Drops `garbage` after an RCU grace period and, with `tasks`, an RCU tasks grace
-    /// period, from a worker; without memory for that, waits for them here.
-    pub(crate) fn defer<T: Send>(&self, garbage: T, tasks: bool) {
+    /// period, and with `trace` an RCU tasks trace one, from a worker; without memory for
+    /// that, waits for them here.
+    pub(crate) fn defer<T: Send>(&self, garbage: T, tasks: bool, trace: bool) {
         match KBox::<T>::new_uninit(GFP_KERNEL) {
             Ok(b) => {
                 let b = KBox::write(b, garbage);
@@ -48,12 +49,13 @@ impl Deferred {
                         KBox::into_raw(b).cast(),
                         Some(free::<T>),
                         tasks,
+                        trace,
                     )
                 };
             }
             Err(_) => {
                 // No memory to defer: wait for the grace periods here.
-                rkf_h::rkf_multi_sync(tasks);
+                rkf_h::rkf_multi_sync(tasks, trace);
                 drop(garbage);
             }
         }

@@ -26,6 +26,9 @@ pub(crate) struct Link {
     pub(crate) prog_id: u32,
     /// An fexit program, rather than fentry.
     pub(crate) fexit: bool,
+    /// A sleepable program: its functions take the shared trampoline, and what its runs
+    /// read is freed after an RCU tasks trace grace period too.
+    pub(crate) sleepable: bool,
     /// Sorted by site.
     pub(crate) targets: KVVec<Target>,
     /// The counters of each target, in the same order, which the trampolines increment:

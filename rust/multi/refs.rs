@@ -25,6 +25,8 @@ pub(crate) struct Prog {
     pub(crate) prog: ProgRef,
     /// An fexit program, rather than fentry.
     pub(crate) fexit: bool,
+    /// A sleepable program (fentry.s, fexit.s).
+    pub(crate) sleepable: bool,
     /// Its id.
     pub(crate) id: u32,
 }
@@ -32,14 +34,15 @@ pub(crate) struct Prog {
 impl ProgRef {
     /// Takes the program `fd`, checked to be an rkf_multi program.
     pub(crate) fn get(fd: u32) -> Result<Prog> {
-        let (mut fexit, mut id) = (false, 0u32);
+        let (mut fexit, mut sleepable, mut id) = (false, false, 0u32);
         // SAFETY: the out-pointers are valid; the shim checks everything about `fd`.
-        let p = unsafe { rkf_h::rkf_multi_prog_get(fd, &mut fexit, &mut id) };
+        let p = unsafe { rkf_h::rkf_multi_prog_get(fd, &mut fexit, &mut sleepable, &mut id) };
         let p = kernel::error::from_err_ptr(p)?;
         // INVARIANT: the shim returned a reference.
         Ok(Prog {
             prog: Self { ptr: p },
             fexit,
+            sleepable,
             id,
         })
     }

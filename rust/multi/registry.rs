@@ -32,7 +32,8 @@ pub(crate) struct Registry {
 }
 
 /// What a publication replaced, freed once no cpu can read the old table (and, if it had
-/// generated trampolines that sites stopped calling, no task runs them).
+/// generated trampolines that sites stopped calling, no task runs them; if it had
+/// sleepable programs, no task runs them either).
 struct Garbage {
     _table: Option<Table>,
     _link: Option<Link>,
@@ -47,10 +48,12 @@ pub(crate) struct Services<'a> {
 }
 
 impl Services<'_> {
-    /// Frees `garbage` after its grace periods (`tasks`: generated trampolines retired).
+    /// Frees `garbage` after its grace periods (`tasks`: generated trampolines retired;
+    /// an RCU tasks trace one if its table ran sleepable programs).
     fn free_later(&self, garbage: Garbage, tasks: bool) {
+        let trace = garbage._table.as_ref().is_some_and(Table::sleepable);
         if garbage._table.is_some() || garbage._link.is_some() {
-            self.deferred.defer(garbage, tasks);
+            self.deferred.defer(garbage, tasks, trace);
         }
     }
 }
@@ -116,6 +119,7 @@ impl Registry {
                 prog: c.prog.prog,
                 prog_id: c.prog.id,
                 fexit: c.prog.fexit,
+                sleepable: c.prog.sleepable,
                 targets,
                 stats: Link::new_stats(n)?,
                 modules: c.modules,

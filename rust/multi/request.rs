@@ -20,7 +20,12 @@ use super::{
     ftrace,
     refs::{BtfRef, ModuleRef, Prog, ProgRef},
 };
-use crate::{abi::AttachRequest, multi_rules as rules, multi_rules::Reason, multi_table, rkf_h};
+use crate::{
+    abi::AttachRequest,
+    multi_rules as rules,
+    multi_rules::{ErrorInjection, Reason},
+    multi_table, rkf_h,
+};
 
 /// One function of a link.
 #[derive(Clone, Copy)]
@@ -73,7 +78,7 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
         let target = modules.target_btf(fd, prog_btf).ok_or(EINVAL)?;
         // SAFETY: `prog` holds the program's BTF, `modules` every module BTF object and
         // module, for as long as this loop runs.
-        let mut t = unsafe { check_target(target, i, ids[i], addrs[i]) }?;
+        let mut t = unsafe { check_target(target, i, ids[i], addrs[i], prog.sleepable) }?;
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
@@ -182,7 +187,8 @@ impl ModuleBtfs {
     }
 }
 
-/// Checks one function: its BTF shape, its address, and that ftrace can hook it.
+/// Checks one function: its BTF shape, its address, that ftrace can hook it, and for a
+/// `sleepable` program, that it may sleep.
 ///
 /// # Safety
 ///
@@ -193,6 +199,7 @@ unsafe fn check_target(
     index: usize,
     btf_id: u32,
     addr: u64,
+    sleepable: bool,
 ) -> Result<Target, Refusal> {
     let refuse = |reason| Refusal::new(index, reason);
     let mut shape = rkf_h::rkf_multi_shape {
@@ -227,6 +234,14 @@ unsafe fn check_target(
         return Err(refuse(Reason::WrongAddress));
     }
     let site = ftrace::site_of(addr).ok_or_else(|| refuse(Reason::NotTraceable))?;
+    if sleepable {
+        // SAFETY: the module, if any, is alive (this function's contract); any address
+        // may be asked about.
+        let ei = unsafe { rkf_h::rkf_multi_error_injection(addr as usize, target.module) };
+        if !rules::may_sleep(name.to_bytes(), ErrorInjection::from_raw(ei)) {
+            return Err(refuse(Reason::MayNotSleep));
+        }
+    }
     Ok(Target {
         site,
         addr,

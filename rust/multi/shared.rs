@@ -13,25 +13,26 @@ pub(crate) fn address_of(tramp: u64) -> u64 {
     }
 }
 
-/// The shared trampoline's fexit frames: a task inside a traced function whose fexit
-/// programs wait returns through the trampoline's text, however long it sleeps there.
-/// Dropping this waits for every such frame, for the module's text to go after it.
+/// The shared trampoline's frames that may sleep: a task inside a traced function whose
+/// fexit programs wait, or inside a sleepable program, returns through the trampoline's
+/// text, however long it sleeps there.  Dropping this waits for every such frame, for the
+/// module's text to go after it.
 ///
 /// The module state drops it after the device and the registry: no site calls the
 /// trampoline any more then, and no new frame can start.
-pub(crate) struct FexitFrames {
+pub(crate) struct Frames {
     _private: (),
 }
 
-impl FexitFrames {
+impl Frames {
     /// The frames of the shared trampoline.
     pub(crate) fn new() -> Self {
         Self { _private: () }
     }
 }
 
-impl Drop for FexitFrames {
+impl Drop for Frames {
     fn drop(&mut self) {
-        rkf_h::rkf_multi_wait_fexit_frames();
+        rkf_h::rkf_multi_wait_frames();
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Table {
     progs: KVVec<rkf_h::rkf_multi_prog>,
     /// The trampoline of each function of `funcs`.
     tramps: KVVec<Trampoline>,
+    /// Whether a function has a sleepable program.
+    sleepable: bool,
 }
 
 // SAFETY: the raw pointers point into the vectors owned alongside them, or to programs
@@ -110,11 +112,16 @@ impl Table {
         {
             let (li, ti) = refs[slots[start].idx as usize];
             let t = &links[li as usize].targets[ti as usize];
+            let sleepable = slots[start..end]
+                .iter()
+                .any(|s| links[refs[s.idx as usize].0 as usize].sleepable);
             funcs.push(
                 rkf_h::rkf_multi_func {
                     ret_ip: (site + MCOUNT_INSN_SIZE) as usize,
                     addr: t.addr as usize,
-                    nr_args: t.nr_args,
+                    // At most `MAX_ARGS`: rules::check_shape().
+                    nr_args: t.nr_args as u16,
+                    sleepable: sleepable.into(),
                     nr_fentry: fentry as u32,
                     nr_progs: (end - start) as u32,
                     first: start as u32,
@@ -136,13 +143,21 @@ impl Table {
             },
             GFP_KERNEL,
         )?;
+        let sleepable = funcs.iter().any(|f| f.sleepable != 0);
         Ok(Some(Table {
             raw,
             _index: index,
             funcs,
             progs,
             tramps,
+            sleepable,
         }))
+    }
+
+    /// Whether a function of the table has a sleepable program: tasks may run its
+    /// programs under RCU tasks trace, which freeing the table must wait for.
+    pub(crate) fn sleepable(&self) -> bool {
+        self.sleepable
     }
 
     /// Every function's route: its site and trampoline, sorted by site.
@@ -209,8 +224,8 @@ fn trampolines(
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions with fentry programs only get their own trampoline.
-    let own = |f: &rkf_h::rkf_multi_func| f.nr_fentry == f.nr_progs;
+    // Functions with fentry programs only, none sleepable, get their own trampoline.
+    let own = |f: &rkf_h::rkf_multi_func| f.nr_fentry == f.nr_progs && f.sleepable == 0;
     for f in funcs {
         let cand = if own(f) {
             old.and_then(|o| o.reusable(f, progs_of(progs, f)))
@@ -252,7 +267,7 @@ fn trampolines(
             let f = &funcs[i as usize];
             code.push(
                 FuncCode {
-                    nr_args: f.nr_args,
+                    nr_args: f.nr_args.into(),
                     addr: f.addr as u64,
                     progs: progs_of(progs, f),
                 },

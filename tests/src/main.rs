@@ -23,6 +23,9 @@ mod skel {
     pub mod multi {
         include!(concat!(env!("OUT_DIR"), "/multi.skel.rs"));
     }
+    pub mod multi_sleepable {
+        include!(concat!(env!("OUT_DIR"), "/multi_sleepable.skel.rs"));
+    }
     pub mod multi_testmod {
         include!(concat!(env!("OUT_DIR"), "/multi_testmod.skel.rs"));
     }

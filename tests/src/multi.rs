@@ -12,6 +12,7 @@
 //! call away, so it never runs on this kernel.)
 
 mod run_path;
+mod sleepable;
 
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 
@@ -92,6 +93,18 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_run_stats_kept",
         run: run_path::run_stats_kept,
+    },
+    Test {
+        name: "multi_sleepable_fentry_fexit",
+        run: sleepable::sleepable_fentry_fexit,
+    },
+    Test {
+        name: "multi_sleepable_refusals",
+        run: sleepable::sleepable_refusals,
+    },
+    Test {
+        name: "multi_sleepable_exact_counts_under_attach_storm",
+        run: sleepable::sleepable_storm,
     },
 ];
 
@@ -602,8 +615,9 @@ fn refusals() -> Result<()> {
     Ok(())
 }
 
-/// An in-kernel fentry trampoline on a function makes rkf_multi refuse it (EBUSY, named),
-/// and the reverse: an in-kernel attach to an rkf_multi function fails, and neither
+/// An in-kernel fentry trampoline on a function makes rkf_multi refuse it (EBUSY, named,
+/// with its holder), a glob leave it out (counted as busy) and attach the rest, and the
+/// reverse: an in-kernel attach to an rkf_multi function fails, and neither
 /// breaks the other.
 fn coexistence() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
@@ -624,13 +638,38 @@ fn coexistence() -> Result<()> {
             Some((0, Reason::Busy)),
             "the function refused and why"
         );
+        check!(
+            e.message.contains(": bpf_trampoline_"),
+            "the refusal names the holder: {}",
+            e.message
+        );
         // The rest attaches.
         let _l = attach(&skel.progs.count_fentry0, &funcs[1..3], None)?;
+        // A glob leaves the function out, counted with its reason, and attaches the rest.
+        let r = multi::resolve(&["bpf_fentry_test*"])?;
+        let busy = r.skipped.get(&multi::Skip::Rule(Reason::Busy));
+        check_eq!(
+            busy.map(Vec::as_slice),
+            Some(&["bpf_fentry_test1".to_string()][..]),
+            "functions a glob left out as another trampoline's: {:?}",
+            r.skipped
+        );
+        check!(
+            r.funcs.iter().all(|f| f.name != "bpf_fentry_test1"),
+            "the glob kept bpf_fentry_test1"
+        );
+        let _g = attach(&skel.progs.count_fentry1, &r.funcs, None)?;
         let bss = run_once(&mut skel)?;
         check_eq!(
             bss.counts[0][..3],
             [0, 1, 1],
             "counts beside the in-kernel trampoline"
+        );
+        let glob: Vec<u64> = (0..funcs.len()).map(|i| u64::from(i > 0)).collect();
+        check_eq!(
+            bss.counts[1][..funcs.len()],
+            glob[..],
+            "the glob's link beside the in-kernel trampoline"
         );
     }
     let _l = attach(&skel.progs.count_fentry0, &funcs[..3], None)?;
@@ -684,11 +723,7 @@ fn storm() -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    let cycles: usize = if std::path::Path::new("/sys/kernel/debug/kmemleak").exists() {
-        1_000
-    } else {
-        10_000
-    };
+    let cycles = storm_cycles();
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     reset(&mut skel)?;
@@ -755,10 +790,7 @@ fn storm() -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     check!(runs > 0, "the callers made no call");
-    // The kernel's version string (`uname -v`) names its preemption model
-    // (init/Makefile): PREEMPT_RT or not.
-    let version = std::fs::read_to_string("/proc/sys/kernel/version")?;
-    let preempt_rt = version.split_whitespace().any(|w| w == "PREEMPT_RT");
+    let preempt_rt = preempt_rt()?;
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     let mut misses = 0;
     for (what, link, counts) in [
@@ -807,6 +839,24 @@ fn storm() -> Result<()> {
     }
     diag!("recursion-guard misses on the permanent links: {misses} (PREEMPT_RT: {preempt_rt})");
     Ok(())
+}
+
+/// Attach and detach cycles of the storm tests: 10,000, or 1,000 on a kernel with
+/// kmemleak, whose bookkeeping of every allocation (with lockdep's and KASAN's) makes a
+/// cycle take a hundred times as long under TCG.
+fn storm_cycles() -> usize {
+    if std::path::Path::new("/sys/kernel/debug/kmemleak").exists() {
+        1_000
+    } else {
+        10_000
+    }
+}
+
+/// Whether the kernel is PREEMPT_RT: its version string (`uname -v`) names its preemption
+/// model (init/Makefile).
+fn preempt_rt() -> Result<bool> {
+    let version = std::fs::read_to_string("/proc/sys/kernel/version")?;
+    Ok(version.split_whitespace().any(|w| w == "PREEMPT_RT"))
 }
 
 /// Without both CAP_BPF and CAP_PERFMON every rkf_multi request gives EPERM, even on a
@@ -1148,7 +1198,8 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
     Ok(())
 }
 
-/// 100,000 random and mutated requests on both vCPUs: bad fds, wrong program types, huge
+/// 100,000 random and mutated requests on both vCPUs: bad fds, wrong program types
+/// (sleepable ones among them, on functions that may and may not sleep), huge
 /// and short counts, bad pointers, random ids and addresses, random commands, closes of
 /// files another thread attaches through.  Passes only if the kernel stays quiet (the
 /// run's splat check), no link is left, every program is freed once its fds are closed
@@ -1164,12 +1215,20 @@ fn ioctl_fuzz() -> Result<()> {
     {
         let mut obj = MaybeUninit::uninit();
         let (skel, funcs) = setup(&mut obj)?;
+        // Sleepable programs too, with two syscalls first among the functions, which they
+        // may trace (the requests take the first `cnt`); bpf_fentry_testN they may not.
+        let syscalls = sleepable::syscalls()?;
+        let mut sobj = MaybeUninit::uninit();
+        let sskel = sleepable::load(&mut sobj, &syscalls)?;
+        let funcs: Vec<Func> = syscalls.into_iter().chain(funcs).collect();
         let null = std::fs::File::open("/dev/null")?;
         let fds: Vec<i32> = vec![
             skel.progs.count_fentry0.as_fd().as_raw_fd(),
             skel.progs.count_fexit2.as_fd().as_raw_fd(),
             skel.progs.multi_fentry.as_fd().as_raw_fd(),
             skel.progs.plain_fentry.as_fd().as_raw_fd(),
+            sskel.progs.storm_fentry.as_fd().as_raw_fd(),
+            sskel.progs.storm_fexit.as_fd().as_raw_fd(),
             skel.maps.bss.as_fd().as_raw_fd(),
             null.as_raw_fd(),
             9999,

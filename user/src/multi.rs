@@ -108,6 +108,43 @@ pub fn tracefs() -> Result<PathBuf> {
         .context("no tracefs (mount it: mount -t tracefs nodev /sys/kernel/tracing)")
 }
 
+/// The functions that another direct trampoline holds (an in-kernel BPF trampoline,
+/// tracing_multi's), as ftrace's `enabled_functions` shows them, each (`name`, or
+/// `name [module]`) with the holder's symbol; rkf_multi's own trampolines are left out.
+pub fn direct_holders() -> Result<HashMap<String, String>> {
+    let path = tracefs()?.join("enabled_functions");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(parse_direct_holders(&text))
+}
+
+/// [`direct_holders()`] of the text of `enabled_functions` (kernel/trace/ftrace.c
+/// `t_show()`): a line per function, `name [module] (count) flags`, the direct caller on
+/// a line of its own after it, `\tdirect-->symbol+offset/size`.
+pub fn parse_direct_holders(text: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut current: Option<&str> = None;
+    for line in text.lines() {
+        match line.strip_prefix('\t') {
+            Some(rest) => {
+                let (Some(name), Some(arrow)) = (current, rest.find("-->")) else {
+                    continue;
+                };
+                if !rest.starts_with("direct") {
+                    continue;
+                }
+                let target = &rest[arrow + 3..];
+                let sym = target.split(['+', ' ']).next().unwrap_or(target);
+                if !sym.is_empty() && !sym.starts_with("rkf_multi_") {
+                    out.insert(name.to_string(), sym.to_string());
+                }
+            }
+            None => current = line.find(" (").map(|i| &line[..i]),
+        }
+    }
+    out
+}
+
 /// The functions ftrace can hook, with counts: the lines of available_filter_functions,
 /// `name` for vmlinux and `name [module]` for modules.
 pub fn ftrace_functions() -> Result<HashMap<String, u32>> {
@@ -133,13 +170,17 @@ fn split_pattern(p: &str) -> (Option<&str>, &str) {
 /// `MODULE:NAME` or `MODULE:GLOB` (for example `rkf_testmod:rkf_testmod_multi_*`) for a
 /// loaded module's functions.
 ///
-/// A function named exactly must be attachable: otherwise this fails, saying why.  A glob
-/// leaves out what cannot be attached, and says how many and why in
+/// A function named exactly must be attachable: otherwise this fails, saying why (one
+/// that another direct trampoline holds is left for the kernel to refuse, `EBUSY`, and
+/// the error names the holder).  A glob leaves out what cannot be attached, functions
+/// another direct trampoline holds among them ([`direct_holders()`]; one that gains a
+/// holder before the attach still fails it), and says how many and why in
 /// [`Resolved::skipped`].  Fails if nothing is left.
 pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
     let vmlinux = KernelBtf::vmlinux()?;
     let ksyms = Kallsyms::load()?;
     let ftrace = ftrace_functions()?;
+    let holders = direct_holders()?;
     let mut out = Resolved::default();
     let mut matched = vec![false; patterns.len()];
     // One pass per BTF object named, vmlinux's first.
@@ -198,6 +239,11 @@ pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
                     (None, _) => Some(Skip::Rule(Reason::NotTraceable)),
                     (_, None) => Some(Skip::NoSymbol),
                     (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
+                    // Another direct trampoline's: a glob leaves it out; an exact name goes
+                    // on to the kernel, whose EBUSY names the holder (AttachError).
+                    _ if rules::is_glob(glob.as_bytes()) && holders.contains_key(&ftrace_name) => {
+                        Some(Skip::Rule(Reason::Busy))
+                    }
                     _ => None,
                 },
             };
@@ -411,6 +457,17 @@ impl Link {
                     .filter(|_| (req.bad_index as usize) < funcs.len())
                     .map(|r| (req.bad_index as usize, r));
                 let message = match refused {
+                    Some((i, Reason::Busy)) => {
+                        let name = funcs[i].qualified_name();
+                        let holder = direct_holders()
+                            .ok()
+                            .and_then(|h| h.get(&name).cloned())
+                            .map_or_else(String::new, |h| format!(": {h}"));
+                        format!(
+                            "rkf_multi refused {name}: {}{holder} ({e})",
+                            Reason::Busy.describe()
+                        )
+                    }
                     Some((i, r)) => format!(
                         "rkf_multi refused {}: {} ({e})",
                         funcs[i].qualified_name(),
@@ -548,5 +605,24 @@ mod tests {
             nix::request_code_readwrite!(abi::IOC_TYPE, abi::IOC_NR_INFO, size_of::<LinkInfo>());
         assert_eq!(u32::try_from(attach), Ok(abi::IOC_ATTACH));
         assert_eq!(u32::try_from(info), Ok(abi::IOC_INFO));
+    }
+
+    /// enabled_functions as kernel/trace/ftrace.c prints it: direct callers on their own
+    /// line, rkf_multi's own left out, module functions with their module.
+    #[test]
+    fn direct_holders_parsed() {
+        let text = "bpf_fentry_test1 (1)      D       \n\
+                    \tdirect-->bpf_trampoline_6442531112+0x0/0x1000 [bpf]\n\
+                    bpf_fentry_test2 (1)      D       \n\
+                    \tdirect-->rkf_multi_tramp+0x0/0x9d [rkf_multi]\n\
+                    bpf_fentry_test3 (1)      D       \n\
+                    \tdirect-->rkf_multi_fentry_7+0x40/0x1000 [bpf]\n\
+                    vfs_read (2) R            \ttramp: 0xffffffffc0a01000 (function_trace_call+0x0/0x80) ->ftrace_ops_list_func+0x0/0x1a0\n\
+                    foo [mod] (1)      D       \n\
+                    \tdirect(jmp)-->bpf_trampoline_77+0x0/0x1000 [bpf]\n";
+        let h = super::parse_direct_holders(text);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h["bpf_fentry_test1"], "bpf_trampoline_6442531112");
+        assert_eq!(h["foo [mod]"], "bpf_trampoline_77");
     }
 }

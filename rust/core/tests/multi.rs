@@ -76,17 +76,45 @@ fn counts_and_duplicates() {
 
 #[test]
 fn refusals_round_trip() {
-    for v in 1..=12 {
+    for v in 1..=13 {
         let r = Reason::from_raw(v).unwrap();
         assert_eq!(r as u32, v);
         assert!(!r.describe().is_empty());
         assert!([EINVAL, E2BIG, ENOENT, EBUSY, EBADF].contains(&r.errno()));
     }
     assert_eq!(Reason::from_raw(0), None);
-    assert_eq!(Reason::from_raw(13), None);
+    assert_eq!(Reason::from_raw(14), None);
     assert_eq!(Reason::Busy.errno(), EBUSY);
+    assert_eq!(Reason::MayNotSleep.errno(), EINVAL);
     assert_eq!(Reason::NotTraceable.errno(), ENOENT);
     assert!(denied(b"migrate_disable") && !denied(b"vfs_read"));
+}
+
+#[test]
+fn sleepable_targets() {
+    use ErrorInjection::*;
+    for (v, ei) in [(0, Unconfigured), (1, Listed), (2, NotListed), (3, Unknown)] {
+        assert_eq!(ErrorInjection::from_raw(v), ei);
+        assert_eq!(ei as u32, v);
+    }
+    assert_eq!(ErrorInjection::from_raw(4), NotListed);
+    // Without error injection: the verifier's has_arch_syscall_prefix(), any "__x64_".
+    for name in ["__x64_sys_getpgid", "__x64_sys_write", "__x64_compat_sys_x"] {
+        assert!(may_sleep(name.as_bytes(), Unconfigured), "{name}");
+    }
+    for name in [
+        "vfs_write",
+        "__ia32_sys_write",
+        "__x64",
+        "x64_sys_write",
+        "",
+    ] {
+        assert!(!may_sleep(name.as_bytes(), Unconfigured), "{name}");
+    }
+    // With it: a module's list decides, whatever the name; of vmlinux, the syscalls.
+    assert!(may_sleep(b"anything", Listed) && !may_sleep(b"__x64_sys_write", NotListed));
+    assert!(may_sleep(b"__x64_sys_write", Unknown));
+    assert!(!may_sleep(b"__x64_compat_sys_x", Unknown) && !may_sleep(b"vfs_write", Unknown));
 }
 
 #[test]

@@ -61,6 +61,9 @@ pub enum Reason {
     NotModuleBtf = 11,
     /// The fd given for the function's BTF object is not open (`EBADF`).
     BadFd = 12,
+    /// The program is sleepable and the function may not sleep ([`may_sleep()`])
+    /// (`EINVAL`).
+    MayNotSleep = 13,
 }
 
 impl Reason {
@@ -73,7 +76,7 @@ impl Reason {
             Self::WrongAddress | Self::TooManyArgs | Self::NotInRegisters | Self::Duplicate => {
                 EINVAL
             }
-            Self::Denied | Self::NotModuleBtf => EINVAL,
+            Self::Denied | Self::NotModuleBtf | Self::MayNotSleep => EINVAL,
             Self::BadFd => EBADF,
         }
     }
@@ -113,6 +116,50 @@ pub const DENY: &[&str] = &[
 /// Whether `name` is on the deny list.
 pub fn denied(name: &[u8]) -> bool {
     DENY.iter().any(|d| d.as_bytes() == name)
+}
+
+/// What the kernel's error injection list says of a function (c-shim/rkf.h
+/// `RKF_MULTI_EI_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ErrorInjection {
+    /// The kernel has no `CONFIG_FUNCTION_ERROR_INJECTION`.
+    Unconfigured = 0,
+    /// A module's function on its part of the list.
+    Listed = 1,
+    /// A module's function not on it.
+    NotListed = 2,
+    /// A function of vmlinux, whose part of the list has no exported lookup.
+    Unknown = 3,
+}
+
+impl ErrorInjection {
+    /// Decodes `rkf_multi_error_injection()`'s answer; an unknown number is
+    /// [`ErrorInjection::NotListed`], which refuses.
+    pub fn from_raw(v: u32) -> Self {
+        match v {
+            0 => Self::Unconfigured,
+            1 => Self::Listed,
+            3 => Self::Unknown,
+            _ => Self::NotListed,
+        }
+    }
+}
+
+/// Whether a sleepable program may trace the function `name`: the verifier's rule for a
+/// sleepable fentry or fexit program (`check_attach_sleepable()` in
+/// kernel/bpf/verifier.c), or a part of it.  Without error injection that is every name
+/// with the syscall wrappers' prefix `__x64_`, exactly.  With it, the kernel takes the
+/// functions on the error injection list (but a few allocation hooks): a module's are
+/// asked of its list, and of vmlinux's, whose list cannot be asked, the syscalls
+/// (`__x64_sys_*`), which `SYSCALL_DEFINE` puts on it.
+pub fn may_sleep(name: &[u8], ei: ErrorInjection) -> bool {
+    match ei {
+        ErrorInjection::Unconfigured => name.starts_with(b"__x64_"),
+        ErrorInjection::Listed => true,
+        ErrorInjection::NotListed => false,
+        ErrorInjection::Unknown => name.starts_with(b"__x64_sys_"),
+    }
 }
 
 /// BTF kinds (include/uapi/linux/btf.h) that [`check_shape()`] tells apart.

@@ -21,6 +21,7 @@ impl Reason {
             10 => Self::SameProgram,
             11 => Self::NotModuleBtf,
             12 => Self::BadFd,
+            13 => Self::MayNotSleep,
             _ => return None,
         })
     }
@@ -42,6 +43,9 @@ impl Reason {
             Self::SameProgram => "the program is attached to it through another link",
             Self::NotModuleBtf => "its BTF object is not the BTF of a loaded module",
             Self::BadFd => "the fd of its BTF object is not open",
+            Self::MayNotSleep => {
+                "the program is sleepable and the function may not sleep (not a syscall)"
+            }
         }
     }
 }

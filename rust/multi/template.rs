@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The template rkf_multi programs are verified against, `rkf_multi_tmpl6()`
+//! (c-shim/rkf_multi_run.c), as a function sleepable programs may be verified against.
+
+use kernel::{bindings, error::to_result, prelude::*};
+
+use crate::rkf_h;
+
+/// The template in the verifier's fmodret set with `KF_SLEEPABLE`
+/// (`btf_id_allow_sleepable()` in kernel/bpf/verifier.c), which lets `fentry.s` and
+/// `fexit.s` programs load against it; which functions they may then trace is checked
+/// at attach time (rkf_core::multi::may_sleep()).
+///
+/// There is nothing to unregister: the kernel drops a module's sets together with the
+/// module's BTF when the module goes away.
+pub(crate) struct SleepableTemplate {
+    _private: (),
+}
+
+impl SleepableTemplate {
+    /// Registers the set; fails if resolve_btfids did not patch its BTF id, or the kernel
+    /// refuses it.
+    pub(crate) fn register() -> Result<Self> {
+        let set = &raw const rkf_h::rkf_multi_fmodret_set;
+        // SAFETY: the shim defines `rkf_multi_fmodret_set` as a const object, never
+        // written, whose `set` is its `BTF_SET8_START/END` set: `cnt` entries follow it.
+        let ids = unsafe {
+            let set8 = (*set).set;
+            core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
+        };
+        if ids.is_empty() || ids.iter().any(|p| p.id == 0) {
+            pr_err!(
+                "the template's BTF id is unresolved: resolve_btfids did not run on the module\n"
+            );
+            return Err(EINVAL);
+        }
+        // SAFETY: `set` is a valid, 'static set owned by this module, and this runs from
+        // module init, as register_btf_fmodret_id_set() requires.
+        to_result(unsafe { bindings::register_btf_fmodret_id_set(set) })
+            .inspect_err(|e| pr_err!("cannot register the sleepable template: {:?}\n", e))?;
+        Ok(Self { _private: () })
+    }
+}

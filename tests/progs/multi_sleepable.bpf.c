@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_multi selftests of sleepable programs: fentry.s and fexit.s programs on syscall
+ * wrappers (struct pt_regs *regs their only argument).  On write(2) each copies the first
+ * eight bytes of the task's buffer with bpf_copy_from_user(), which may fault the page
+ * in; a non-sleepable fentry program on the same functions reads them with
+ * bpf_probe_read_user(), which cannot.  Each records per function what it saw.  Two
+ * more sleepable programs count the runs of one process, for the attach storm.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "rkf.bpf.h"
+
+#define MAX_FUNCS 4
+
+struct srec {
+	__u64 hits;
+	__u64 value;
+	long err;
+	__u64 cookie;
+	__u64 ret;
+};
+
+/* Inputs: the functions' addresses, as bpf_get_func_ip() returns them; the task. */
+__u64 ips[MAX_FUNCS];
+__u32 target_pid;
+/* The slot of write(2): its programs read the buffer. */
+__u32 write_slot;
+/* The process whose calls storm_fentry and storm_fexit count. */
+__u32 target_tgid;
+
+/* Outputs. */
+struct srec sleepable_fentry_recs[MAX_FUNCS];
+struct srec sleepable_fexit_recs[MAX_FUNCS];
+struct srec plain_fentry_recs[MAX_FUNCS];
+__u64 storm_counts[2][MAX_FUNCS];
+__u64 unknown_ip;
+
+static __always_inline int slot_of(void *ctx)
+{
+	__u64 ip = bpf_get_func_ip(ctx);
+
+	for (int i = 0; i < MAX_FUNCS; i++)
+		if (ips[i] == ip)
+			return i;
+	__sync_fetch_and_add(&unknown_ip, 1);
+	return -1;
+}
+
+static __always_inline bool wanted(void)
+{
+	return (__u32)bpf_get_current_pid_tgid() == target_pid;
+}
+
+/* The buffer argument of write(2): regs->si. */
+static __always_inline void *write_buf(__u64 regs, long *err)
+{
+	__u64 buf = 0;
+
+	*err = bpf_probe_read_kernel(&buf, sizeof(buf), &((struct pt_regs *)regs)->si);
+	return (void *)buf;
+}
+
+static __always_inline void copy_buf(struct srec *r, int i, __u64 regs)
+{
+	long err;
+	void *buf = write_buf(regs, &err);
+
+	if (i != write_slot)
+		return;
+	if (!err)
+		err = bpf_copy_from_user(&r->value, sizeof(r->value), buf);
+	r->err = err;
+}
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(sleepable_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	int i;
+
+	if (!wanted())
+		return 0;
+	i = slot_of(ctx);
+	if (i < 0)
+		return 0;
+	__sync_fetch_and_add(&sleepable_fentry_recs[i].hits, 1);
+	sleepable_fentry_recs[i].cookie = bpf_get_attach_cookie(ctx);
+	copy_buf(&sleepable_fentry_recs[i], i, a0);
+	return 0;
+}
+
+RKF_MULTI_FEXIT_S
+int BPF_PROG(sleepable_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	int i;
+
+	if (!wanted())
+		return 0;
+	i = slot_of(ctx);
+	if (i < 0)
+		return 0;
+	__sync_fetch_and_add(&sleepable_fexit_recs[i].hits, 1);
+	sleepable_fexit_recs[i].cookie = bpf_get_attach_cookie(ctx);
+	sleepable_fexit_recs[i].ret = ret;
+	copy_buf(&sleepable_fexit_recs[i], i, a0);
+	return 0;
+}
+
+RKF_MULTI_FENTRY
+int BPF_PROG(plain_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	struct srec *r;
+	long err;
+	void *buf;
+	int i;
+
+	if (!wanted())
+		return 0;
+	i = slot_of(ctx);
+	if (i < 0)
+		return 0;
+	r = &plain_fentry_recs[i];
+	__sync_fetch_and_add(&r->hits, 1);
+	r->cookie = bpf_get_attach_cookie(ctx);
+	if (i != write_slot)
+		return 0;
+	buf = write_buf(a0, &err);
+	if (!err)
+		err = bpf_probe_read_user(&r->value, sizeof(r->value), buf);
+	r->err = err;
+	return 0;
+}
+
+static __always_inline void storm_count(void *ctx, int which)
+{
+	int i;
+
+	if (bpf_get_current_pid_tgid() >> 32 != target_tgid)
+		return;
+	i = slot_of(ctx);
+	if (i >= 0)
+		__sync_fetch_and_add(&storm_counts[which][i], 1);
+}
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(storm_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	storm_count(ctx, 0);
+	return 0;
+}
+
+RKF_MULTI_FEXIT_S
+int BPF_PROG(storm_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	storm_count(ctx, 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

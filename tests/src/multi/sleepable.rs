@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Sleepable programs (`RKF_MULTI_FENTRY_S`, `RKF_MULTI_FEXIT_S`), after upstream's
+//! sleepable tracing_multi subtests: exact counts, cookies and return values on syscall
+//! wrappers, a `bpf_copy_from_user()` that has to fault a page in (where a non-sleepable
+//! program's `bpf_probe_read_user()` cannot), and the refusal of functions that may not
+//! sleep.
+
+use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsFd, ptr};
+
+use anyhow::{bail, Context, Result};
+
+use super::attach;
+use crate::{
+    check, check_eq, diag,
+    skel::multi_sleepable::{types::bss, MultiSleepableSkel, MultiSleepableSkelBuilder},
+};
+use rkf::{
+    modules,
+    multi::{self, Func, Link},
+    skeleton,
+};
+use rkf_core::multi::Reason;
+
+/// The syscall wrappers traced: both may sleep by the verifier's rule.
+const TARGETS: [&str; 2] = ["__x64_sys_write", "__x64_sys_getpgid"];
+/// What the buffer of each write(2) holds.
+const MAGIC: u64 = 0x5ee9_ab1e_c0de_4711;
+/// write(2) and getpgid(2) calls of the first phase.
+const WRITES: u64 = 5;
+const GETPGIDS: u64 = 3;
+/// write(2) calls of the second phase, each from a page that is not present.
+const FAULTING_WRITES: u64 = 3;
+/// `value` before a program writes it.
+const UNSET: u64 = u64::MAX;
+/// The storm's functions: two the caller calls, two more the churn hooks now and then.
+const STORM: [&str; 4] = [
+    "__x64_sys_getpgid",
+    "__x64_sys_getsid",
+    "__x64_sys_getpriority",
+    "__x64_sys_sched_getscheduler",
+];
+/// `bpf_probe_read_user()` of a page that is not present.
+const EFAULT: i64 = -(libc::EFAULT as i64);
+
+/// The functions, `TARGETS` in that order.
+fn targets() -> Result<Vec<Func>> {
+    resolve_in_order(&TARGETS)
+}
+
+/// Syscall wrappers that sleepable programs may trace, which nothing calls but the tests.
+pub(super) fn syscalls() -> Result<Vec<Func>> {
+    resolve_in_order(&STORM[..2])
+}
+
+/// `names`, resolved, in that order.
+fn resolve_in_order(names: &[&str]) -> Result<Vec<Func>> {
+    let mut r = multi::resolve(names)?;
+    check_eq!(
+        r.nr_skipped(),
+        0,
+        "syscall wrappers left out: {:?}",
+        r.skipped
+    );
+    let mut funcs = Vec::new();
+    for &name in names {
+        let i = r
+            .funcs
+            .iter()
+            .position(|f| f.name == name)
+            .with_context(|| format!("{name}: not resolved"))?;
+        funcs.push(r.funcs.remove(i));
+    }
+    Ok(funcs)
+}
+
+pub(super) fn load<'o>(
+    obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    funcs: &[Func],
+) -> Result<MultiSleepableSkel<'o>> {
+    modules::require("rkf_multi")?;
+    let tid = nix::unistd::gettid().as_raw() as u32;
+    skeleton::load::<MultiSleepableSkelBuilder>(obj, "multi_sleepable.bpf.c", |open| {
+        let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
+        for (i, f) in funcs.iter().enumerate() {
+            bss.ips[i] = f.addr;
+        }
+        bss.target_pid = tid;
+        bss.target_tgid = std::process::id();
+        bss.write_slot = 0;
+        Ok(())
+    })
+}
+
+fn reset(skel: &mut MultiSleepableSkel<'_>) -> Result<()> {
+    let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+    for c in bss.storm_counts.iter_mut() {
+        c.fill(0);
+    }
+    for r in bss
+        .sleepable_fentry_recs
+        .iter_mut()
+        .chain(bss.sleepable_fexit_recs.iter_mut())
+        .chain(bss.plain_fentry_recs.iter_mut())
+    {
+        *r = Default::default();
+        r.value = UNSET;
+    }
+    bss.unknown_ip = 0;
+    Ok(())
+}
+
+fn records<'s>(skel: &'s MultiSleepableSkel<'_>) -> Result<&'s bss> {
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.unknown_ip,
+        0,
+        "runs with an unexpected bpf_get_func_ip()"
+    );
+    Ok(bss)
+}
+
+/// One write(2) of the 8 bytes at `buf` to `null`: 8 on success.
+fn write_raw(null: &File, buf: *const u8) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: write(2) only reads the 8 bytes at `buf`, which the caller keeps mapped;
+    // /dev/null does not even read them.
+    let n = unsafe { libc::write(null.as_raw_fd(), buf.cast(), 8) };
+    if n < 0 {
+        bail!("write(2): {}", std::io::Error::last_os_error());
+    }
+    Ok(n as u64)
+}
+
+/// An anonymous page, unmapped on drop.
+struct Page(*mut u8);
+
+impl Page {
+    fn new() -> Result<Self> {
+        // SAFETY: a new private anonymous mapping; no memory of this process changes.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            bail!("mmap: {}", std::io::Error::last_os_error());
+        }
+        Ok(Self(p.cast()))
+    }
+
+    /// Drops the page's memory: the next access faults a zero page in.
+    fn discard(&self) -> Result<()> {
+        // SAFETY: the page is ours, and nothing refers to its contents.
+        if unsafe { libc::madvise(self.0.cast(), 4096, libc::MADV_DONTNEED) } != 0 {
+            bail!("madvise: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours and nothing refers to it any more.
+        unsafe { libc::munmap(self.0.cast(), 4096) };
+    }
+}
+
+/// A non-sleepable fentry, a sleepable fentry and a sleepable fexit program (attached in
+/// that order, so run in that order) on write(2) and getpgid(2): exact hits for this
+/// thread's calls, cookies, return values, and the buffer copied by each; then writes
+/// from a page that is not present, which only the sleepable programs can read (faulting
+/// it in), and the links' counters.
+pub(super) fn sleepable_fentry_fexit() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let cookie = |base: u64| -> Vec<u64> { (0..funcs.len() as u64).map(|i| base + i).collect() };
+    let (fentry_cookies, fexit_cookies) = (cookie(0x51ee_0000), cookie(0x51ee_1000));
+    let plain = attach(&skel.progs.plain_fentry, &funcs, None)?;
+    let fentry = attach(&skel.progs.sleepable_fentry, &funcs, Some(&fentry_cookies))?;
+    let fexit = attach(&skel.progs.sleepable_fexit, &funcs, Some(&fexit_cookies))?;
+    let null = File::options().write(true).open("/dev/null")?;
+
+    // This thread writes nothing else (no diagnostics) until the records are read.
+    reset(&mut skel)?;
+    let buf = MAGIC.to_ne_bytes();
+    for _ in 0..WRITES {
+        check_eq!((&null).write(&buf)?, 8, "write(2) to /dev/null");
+    }
+    let mut pgid = 0;
+    for _ in 0..GETPGIDS {
+        // SAFETY: getpgid(2) has no memory arguments.
+        pgid = unsafe { libc::getpgid(0) };
+    }
+    check!(pgid > 0, "getpgid(0): {pgid}");
+    let bss = records(&skel)?;
+    let (w, g) = (0, 1);
+    for (what, r, cookies) in [
+        (
+            "fentry.s",
+            &bss.sleepable_fentry_recs,
+            Some(&fentry_cookies),
+        ),
+        ("fexit.s", &bss.sleepable_fexit_recs, Some(&fexit_cookies)),
+        ("fentry", &bss.plain_fentry_recs, None),
+    ] {
+        check_eq!(r[w].hits, WRITES, "{what} {}: hits", TARGETS[w]);
+        check_eq!(r[g].hits, GETPGIDS, "{what} {}: hits", TARGETS[g]);
+        check_eq!(r[w].value, MAGIC, "{what} {}: the buffer read", TARGETS[w]);
+        check_eq!(r[w].err, 0, "{what} {}: the read's error", TARGETS[w]);
+        check_eq!(r[g].value, UNSET, "{what} {}: read nothing", TARGETS[g]);
+        for (i, name) in TARGETS.iter().enumerate() {
+            let want = cookies.map_or(0, |c| c[i]);
+            check_eq!(r[i].cookie, want, "{what} {name}: cookie");
+        }
+    }
+    let r = &bss.sleepable_fexit_recs;
+    check_eq!(r[w].ret, 8, "fexit.s {}: return value", TARGETS[w]);
+    check_eq!(
+        r[g].ret,
+        pgid as u64,
+        "fexit.s {}: return value",
+        TARGETS[g]
+    );
+
+    // From a page that is not present: bpf_copy_from_user() faults it in, and reads the
+    // zeros; bpf_probe_read_user(), which runs first, cannot.
+    reset(&mut skel)?;
+    let page = Page::new()?;
+    for _ in 0..FAULTING_WRITES {
+        page.discard()?;
+        check_eq!(write_raw(&null, page.0)?, 8, "write(2) from the page");
+    }
+    let bss = records(&skel)?;
+    for (what, r, err) in [
+        ("fentry.s", &bss.sleepable_fentry_recs, 0),
+        ("fexit.s", &bss.sleepable_fexit_recs, 0),
+        ("fentry", &bss.plain_fentry_recs, EFAULT),
+    ] {
+        check_eq!(r[w].hits, FAULTING_WRITES, "{what}, page not present: hits");
+        check_eq!(r[w].err, err, "{what}, page not present: the read's error");
+        check_eq!(r[w].value, 0, "{what}, page not present: the buffer read");
+    }
+
+    // The links' own counters: every task's calls, this thread's among them.
+    for (what, link) in [
+        ("fentry", &plain),
+        ("fentry.s", &fentry),
+        ("fexit.s", &fexit),
+    ] {
+        let info = link.info()?;
+        check_eq!(
+            info.funcs.len(),
+            funcs.len(),
+            "{what}: functions of the link"
+        );
+        for f in &funcs {
+            // The link reports its functions in its own order (by ftrace site).
+            let fi = info
+                .funcs
+                .iter()
+                .find(|fi| fi.addr == f.addr)
+                .with_context(|| format!("{what} {}: not in the link's info", f.name))?;
+            let least = if f.name == TARGETS[w] {
+                WRITES + FAULTING_WRITES
+            } else {
+                GETPGIDS
+            };
+            check!(
+                fi.hits >= least,
+                "{what} {}: {} hits, this thread made {least} calls",
+                f.name,
+                fi.hits
+            );
+        }
+    }
+    diag!(
+        "write(2) and getpgid(2): exact runs of fentry, fentry.s and fexit.s; bpf_copy_from_user() faulted {FAULTING_WRITES} pages in"
+    );
+    Ok(())
+}
+
+/// A sleepable program on a function that may not sleep is refused, EINVAL naming it,
+/// with nothing attached; the same set takes a non-sleepable program.
+pub(super) fn sleepable_refusals() -> Result<()> {
+    let mut funcs = targets()?;
+    let mut r = multi::resolve(&["bpf_fentry_test1"])?;
+    check_eq!(r.funcs.len(), 1, "bpf_fentry_test1 resolved");
+    funcs.insert(1, r.funcs.remove(0));
+    let mut obj = MaybeUninit::uninit();
+    let skel = load(&mut obj, &funcs)?;
+    let before: Vec<u64> = multi::links()?.iter().map(|l| l.id).collect();
+    for (what, prog) in [
+        ("fentry.s", &skel.progs.sleepable_fentry),
+        ("fexit.s", &skel.progs.sleepable_fexit),
+    ] {
+        for (set, bad) in [(&funcs[..], 1), (&funcs[1..2], 0)] {
+            let e = match Link::attach(prog, set, None) {
+                Ok(_) => bail!("{what} on bpf_fentry_test1: attached"),
+                Err(e) => e,
+            };
+            diag!("{what}: {e}");
+            check_eq!(e.errno, libc::EINVAL, "{what}: errno");
+            check_eq!(
+                e.refused,
+                Some((bad, Reason::MayNotSleep)),
+                "{what}: the function refused and why"
+            );
+            check!(
+                e.message.contains("bpf_fentry_test1"),
+                "{what}: the message names the function: {}",
+                e.message
+            );
+        }
+    }
+    let after: Vec<u64> = multi::links()?.iter().map(|l| l.id).collect();
+    check_eq!(after, before, "links after the refusals");
+    // Sleepable programs on the syscalls alone, and a non-sleepable one on all three.
+    let both = [funcs[0].clone(), funcs[2].clone()];
+    let _s = attach(&skel.progs.sleepable_fentry, &both, None)?;
+    let _p = attach(&skel.progs.plain_fentry, &funcs, None)?;
+    Ok(())
+}
+
+/// The attach storm with sleepable programs: permanent fentry.s and fexit.s links on two
+/// syscalls count exactly the calls a thread makes, while another thread attaches and
+/// detaches overlapping links (fentry.s, fexit.s and a non-sleepable fentry, one cycle in
+/// a hundred also hooking and unhooking two more syscalls), every table they replace freed
+/// after an RCU tasks trace grace period.  A sleepable program runs without migration but
+/// preemptible, so another task preempted inside it on the same cpu makes a run a miss
+/// (as for the kernel's sleepable trampolines): one caller, and functions no other task
+/// of the VM calls, keep every run a hit.
+pub(super) fn sleepable_storm() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let cycles = super::storm_cycles();
+    let funcs = resolve_in_order(&STORM)?;
+    let permanent = &funcs[..2];
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    reset(&mut skel)?;
+    let _fentry = attach(&skel.progs.storm_fentry, permanent, None)?;
+    let _fexit = attach(&skel.progs.storm_fexit, permanent, None)?;
+    let churn = [
+        skel.progs.sleepable_fentry.as_fd(),
+        skel.progs.sleepable_fexit.as_fd(),
+        skel.progs.plain_fentry.as_fd(),
+    ];
+    let runs = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let start = std::time::Instant::now();
+    let churned = std::thread::scope(|s| -> Result<usize> {
+        let caller = s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                // SAFETY: getpgid(2) and getsid(2) have no memory arguments.
+                unsafe {
+                    libc::getpgid(0);
+                    libc::getsid(0);
+                }
+                runs.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let result = (|| -> Result<usize> {
+            let mut rng = fastrand::Rng::with_seed(0x51ee_9ab1);
+            let mut attached = 0;
+            for cycle in 0..cycles {
+                let x = rng.u32(..);
+                let span = if cycle % 100 == 0 {
+                    funcs.len()
+                } else {
+                    permanent.len()
+                };
+                let chosen: Vec<Func> = funcs[..span]
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| x & (1 << i) != 0)
+                    .map(|(_, f)| f.clone())
+                    .collect();
+                if chosen.is_empty() {
+                    continue;
+                }
+                drop(attach(&churn[cycle % churn.len()], &chosen, None)?);
+                attached += 1;
+            }
+            Ok(attached)
+        })();
+        done.store(true, Ordering::Relaxed);
+        caller.join().expect("the caller thread panicked");
+        result
+    })?;
+    let runs = runs.load(Ordering::Relaxed);
+    diag!(
+        "{churned} links attached and detached in {cycles} cycles, {:.1} s, while a thread made {runs} calls of each of 2 syscalls",
+        start.elapsed().as_secs_f64()
+    );
+    check!(runs > 0, "the caller made no call");
+    let bss = records(&skel)?;
+    let preempt_rt = super::preempt_rt()?;
+    for (what, link, counts) in [
+        ("fentry.s", &_fentry, &bss.storm_counts[0]),
+        ("fexit.s", &_fexit, &bss.storm_counts[1]),
+    ] {
+        let info = link.info()?;
+        check_eq!(info.funcs.len(), permanent.len(), "{what} link's functions");
+        for (i, f) in permanent.iter().enumerate() {
+            let fi = info
+                .funcs
+                .iter()
+                .find(|fi| fi.addr == f.addr)
+                .with_context(|| format!("{what} link does not list {}", f.name))?;
+            check!(
+                fi.hits >= counts[i],
+                "permanent {what} link on {}: {} hits, fewer than the program's {} runs",
+                f.name,
+                fi.hits,
+                counts[i]
+            );
+            if preempt_rt {
+                check!(
+                    counts[i] + runs / 10 > runs && counts[i] <= runs,
+                    "permanent {what} link on {}: {} runs of {runs} calls",
+                    f.name,
+                    counts[i]
+                );
+            } else {
+                check_eq!(
+                    counts[i],
+                    runs,
+                    "permanent {what} link on {}: the program's runs against the calls",
+                    f.name
+                );
+                check_eq!(fi.misses, 0, "permanent {what} link on {}: misses", f.name);
+            }
+        }
+    }
+    Ok(())
+}
