@@ -235,7 +235,7 @@ struct rkf_multi_prog {
  * @addr:      its address (bpf_get_func_ip())
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
  * @sleepable: 1 if one of its programs is sleepable: it then takes the shared trampoline,
- *             which runs its programs under RCU tasks trace instead of RCU
+ *             which runs its sleepable programs under RCU tasks trace instead of RCU
  * @nr_fentry: fentry programs, in @first.., in attach order
  * @nr_progs:  all programs: the fexit ones follow the fentry ones
  * @first:     its first program in the table's @progs

@@ -182,7 +182,9 @@ bool rkf_multi_is_symbol(unsigned long addr, const char *name, struct module *mo
 /**
  * rkf_multi_error_injection() - what the error injection list says of @addr
  * @addr: a function of @mod, or of vmlinux
- * @mod:  its module, alive for the call, or NULL for vmlinux (and rkf_multi)
+ * @mod:  its module, alive for the call, or NULL for vmlinux; rkf_multi (whose BTF
+ *        fd a request may give for vmlinux's functions, as its BTF resolves their ids)
+ *        counts as vmlinux: none of its own functions is on the list
  *
  * The list (lib/error-inject.c) is what the verifier takes for functions that may sleep
  * (check_attach_sleepable() in kernel/bpf/verifier.c).  A module's part is its own
@@ -197,7 +199,7 @@ u32 rkf_multi_error_injection(unsigned long addr, struct module *mod)
 #ifdef CONFIG_FUNCTION_ERROR_INJECTION
 	unsigned int i;
 
-	if (!mod)
+	if (!mod || mod == THIS_MODULE)
 		return RKF_MULTI_EI_UNKNOWN;
 	for (i = 0; i < mod->num_ei_funcs; i++)
 		if (mod->ei_funcs[i].addr == addr)

@@ -52,7 +52,9 @@ noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64
  * (btf_id_allow_sleepable() in kernel/bpf/verifier.c): one on the error injection list,
  * or in an fmodret set with KF_SLEEPABLE.  The template is the latter; which functions a
  * sleepable program may then trace is rkf_multi's check at attach time, as upstream's
- * tracing_multi checks its targets at attach time.
+ * tracing_multi checks its targets at attach time.  The set also makes the template a
+ * target the verifier takes for fmod_ret programs; attaching one fails, as the template
+ * is notrace.
  */
 BTF_SET8_START(rkf_multi_fmodret_ids)
 BTF_ID_FLAGS(func, rkf_multi_tmpl6, KF_SLEEPABLE)
@@ -213,38 +215,48 @@ static notrace void rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 
 /*
  * The run of a function with sleepable programs, for rkf_multi_shared_fentry() (@entry:
- * its fentry programs) and rkf_multi_shared_fexit() (its fexit ones): under RCU tasks
- * trace, which the tables are also freed after, with the frame counted in flight
- * (@in_flight: it already is, since the function's entry).  Returns whether the
- * trampoline must come back for fexit programs; the frame then stays in flight.
+ * its fentry programs) and rkf_multi_shared_fexit() (its fexit ones), with the frame
+ * counted in flight (@in_flight: it already is, since the function's entry).  The
+ * function is looked up again, under RCU and RCU tasks trace both: the table may have
+ * changed since the caller's lookup.  Only a table in which the function still has a
+ * sleepable program is freed after an RCU tasks trace grace period
+ * (rust/multi/registry.rs), so only then may RCU be dropped for the run; otherwise the
+ * programs run under RCU, as in the caller.  Returns whether the trampoline must come
+ * back for fexit programs; the frame then stays in flight.
  */
 static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret_ip,
 						     bool entry, bool in_flight)
 {
+	const struct rkf_multi_prog *p = NULL;
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 	bool fexit = false;
-	u32 i, first, last;
+	u32 i, first = 0, last = 0;
 
 	if (!in_flight)
 		atomic_long_inc(&rkf_multi_frames);
 	rcu_read_lock_trace();
-	/* Again: the table may have changed since the caller's lookup under RCU. */
-	t = rcu_dereference_check(rkf_multi_table, rcu_read_lock_trace_held());
+	rkf_multi_run_lock();
+	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
 	if (f) {
-		const struct rkf_multi_prog *p = &t->progs[f->first];
-
+		p = &t->progs[f->first];
 		if (entry) {
 			ctx[-1] = f->nr_args;
 			ctx[-2] = f->addr;
-			first = 0;
 			last = f->nr_fentry;
 			fexit = f->nr_progs > f->nr_fentry;
 		} else {
 			first = f->nr_fentry;
 			last = f->nr_progs;
 		}
+	}
+	if (f && !f->sleepable) {
+		for (i = first; i < last; i++)
+			rkf_multi_run(&p[i], ctx);
+		rkf_multi_run_unlock();
+	} else {
+		rkf_multi_run_unlock();
 		for (i = first; i < last; i++)
 			rkf_multi_run_any(&p[i], ctx);
 	}

@@ -4,8 +4,8 @@
  * wrappers (struct pt_regs *regs their only argument).  On write(2) each copies the first
  * eight bytes of the task's buffer with bpf_copy_from_user(), which may fault the page
  * in; a non-sleepable fentry program on the same functions reads them with
- * bpf_probe_read_user(), which cannot.  Each records per function what it saw.  Two
- * more sleepable programs count the runs of one process, for the attach storm.
+ * bpf_probe_read_user(), which cannot.  Each records per function what it saw.  Three
+ * more (two sleepable) count the runs of one process, for the attach storm.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -34,7 +34,7 @@ __u32 target_tgid;
 struct srec sleepable_fentry_recs[MAX_FUNCS];
 struct srec sleepable_fexit_recs[MAX_FUNCS];
 struct srec plain_fentry_recs[MAX_FUNCS];
-__u64 storm_counts[2][MAX_FUNCS];
+__u64 storm_counts[3][MAX_FUNCS];
 __u64 unknown_ip;
 
 static __always_inline int slot_of(void *ctx)
@@ -154,6 +154,13 @@ RKF_MULTI_FEXIT_S
 int BPF_PROG(storm_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
 {
 	storm_count(ctx, 1);
+	return 0;
+}
+
+RKF_MULTI_FEXIT
+int BPF_PROG(storm_plain, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	storm_count(ctx, 2);
 	return 0;
 }
 

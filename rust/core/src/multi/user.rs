@@ -44,7 +44,7 @@ impl Reason {
             Self::NotModuleBtf => "its BTF object is not the BTF of a loaded module",
             Self::BadFd => "the fd of its BTF object is not open",
             Self::MayNotSleep => {
-                "the program is sleepable and the function may not sleep (not a syscall)"
+                "the program is sleepable and the function may not sleep (the verifier's rule: a syscall wrapper __x64_*, or on the error injection list)"
             }
         }
     }
