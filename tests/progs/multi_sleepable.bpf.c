@@ -74,36 +74,38 @@ static __always_inline void copy_buf(struct srec *r, int i, __u64 regs)
 	r->err = err;
 }
 
-RKF_MULTI_FENTRY_S
-int BPF_PROG(sleepable_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+/* A sleepable program's record of one run: NULL if not this task's, or not a target. */
+static __always_inline struct srec *sleepable_run(struct srec *recs, void *ctx, __u64 regs)
 {
+	struct srec *r;
 	int i;
 
 	if (!wanted())
-		return 0;
+		return NULL;
 	i = slot_of(ctx);
 	if (i < 0)
-		return 0;
-	__sync_fetch_and_add(&sleepable_fentry_recs[i].hits, 1);
-	sleepable_fentry_recs[i].cookie = bpf_get_attach_cookie(ctx);
-	copy_buf(&sleepable_fentry_recs[i], i, a0);
+		return NULL;
+	r = &recs[i];
+	__sync_fetch_and_add(&r->hits, 1);
+	r->cookie = bpf_get_attach_cookie(ctx);
+	copy_buf(r, i, regs);
+	return r;
+}
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(sleepable_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	sleepable_run(sleepable_fentry_recs, ctx, a0);
 	return 0;
 }
 
 RKF_MULTI_FEXIT_S
 int BPF_PROG(sleepable_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
 {
-	int i;
+	struct srec *r = sleepable_run(sleepable_fexit_recs, ctx, a0);
 
-	if (!wanted())
-		return 0;
-	i = slot_of(ctx);
-	if (i < 0)
-		return 0;
-	__sync_fetch_and_add(&sleepable_fexit_recs[i].hits, 1);
-	sleepable_fexit_recs[i].cookie = bpf_get_attach_cookie(ctx);
-	sleepable_fexit_recs[i].ret = ret;
-	copy_buf(&sleepable_fexit_recs[i], i, a0);
+	if (r)
+		r->ret = ret;
 	return 0;
 }
 

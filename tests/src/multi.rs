@@ -782,7 +782,7 @@ fn storm() -> Result<()> {
     let _fentry = attach(&skel.progs.count_fentry0, permanent, None)?;
     let _fexit = attach(&skel.progs.count_fexit3, permanent, None)?;
     let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
-    let churn = [
+    let churn_progs = [
         skel.progs.count_fentry1.as_fd(),
         skel.progs.count_fexit2.as_fd(),
     ];
@@ -801,34 +801,7 @@ fn storm() -> Result<()> {
                 })
             })
             .collect();
-        let result = (|| -> Result<usize> {
-            // A reproducible sequence of overlapping subsets.
-            let mut rng = fastrand::Rng::with_seed(0x2545_f491);
-            let mut attached = 0;
-            for cycle in 0..cycles {
-                let x = rng.u32(..);
-                // Mostly the permanent functions (no ftrace update); every hundredth
-                // cycle also the others, which ftrace then hooks and unhooks.
-                let span = if cycle % 100 == 0 {
-                    funcs.len()
-                } else {
-                    permanent.len()
-                };
-                let chosen: Vec<Func> = funcs[..span]
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| x & (1 << i) != 0)
-                    .map(|(_, f)| f.clone())
-                    .collect();
-                if chosen.is_empty() {
-                    continue;
-                }
-                let link = attach(&churn[cycle % 2], &chosen, None)?;
-                drop(link);
-                attached += 1;
-            }
-            Ok(attached)
-        })();
+        let result = churn(&churn_progs, &funcs, permanent.len(), cycles, 0x2545_f491);
         done.store(true, Ordering::Relaxed);
         for c in callers {
             c.join().expect("a caller thread panicked")?;
@@ -890,6 +863,41 @@ fn storm() -> Result<()> {
     }
     diag!("recursion-guard misses on the permanent links: {misses} (PREEMPT_RT: {preempt_rt})");
     Ok(())
+}
+
+/// The storms' churn: `cycles` attach-and-detach cycles of links of `progs` (in turn) on
+/// a reproducible sequence of subsets (seeded with `seed`) of `funcs[..common]`, and one
+/// cycle in a hundred of all of `funcs`, which ftrace then hooks and unhooks.  Returns how
+/// many links it attached (an empty subset attaches none).
+fn churn(
+    progs: &[std::os::fd::BorrowedFd<'_>],
+    funcs: &[Func],
+    common: usize,
+    cycles: usize,
+    seed: u64,
+) -> Result<usize> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut attached = 0;
+    for cycle in 0..cycles {
+        let x = rng.u32(..);
+        let span = if cycle % 100 == 0 {
+            funcs.len()
+        } else {
+            common
+        };
+        let chosen: Vec<Func> = funcs[..span]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| x & (1 << i) != 0)
+            .map(|(_, f)| f.clone())
+            .collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        drop(attach(&progs[cycle % progs.len()], &chosen, None)?);
+        attached += 1;
+    }
+    Ok(attached)
 }
 
 /// Attach and detach cycles of the storm tests: 10,000, or 1,000 on a kernel with

@@ -361,30 +361,7 @@ pub(super) fn sleepable_storm() -> Result<()> {
                 runs.fetch_add(1, Ordering::Relaxed);
             }
         });
-        let result = (|| -> Result<usize> {
-            let mut rng = fastrand::Rng::with_seed(0x51ee_9ab1);
-            let mut attached = 0;
-            for cycle in 0..cycles {
-                let x = rng.u32(..);
-                let span = if cycle % 100 == 0 {
-                    funcs.len()
-                } else {
-                    called.len()
-                };
-                let chosen: Vec<Func> = funcs[..span]
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| x & (1 << i) != 0)
-                    .map(|(_, f)| f.clone())
-                    .collect();
-                if chosen.is_empty() {
-                    continue;
-                }
-                drop(attach(&churn[cycle % churn.len()], &chosen, None)?);
-                attached += 1;
-            }
-            Ok(attached)
-        })();
+        let result = super::churn(&churn, &funcs, called.len(), cycles, 0x51ee_9ab1);
         done.store(true, Ordering::Relaxed);
         caller.join().expect("the caller thread panicked");
         result
