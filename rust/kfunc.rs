@@ -50,6 +50,19 @@ impl ProgType {
     }
 }
 
+/// Whether every BTF id of `set`, a set a shim defines (`BTF_KFUNCS_START/END` or
+/// `BTF_SET8_START/END`), was patched by resolve_btfids: the kernel would take an
+/// unresolved one (0) silently.
+pub(crate) fn ids_resolved(set: &'static bindings::btf_kfunc_id_set) -> bool {
+    // SAFETY: `set` is a 'static set of the shim, whose `set` points to a static
+    // `btf_id_set8` with `cnt` entries after its header.
+    let ids = unsafe {
+        let set8 = set.set;
+        core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
+    };
+    !ids.is_empty() && ids.iter().all(|p| p.id != 0)
+}
+
 /// A kfunc set registered with the BPF verifier.
 ///
 /// There is nothing to unregister: the kernel drops a module's kfunc sets together with
@@ -79,20 +92,14 @@ impl KfuncRegistration {
             return Err(ENOEXEC);
         }
 
-        let set = ptr::from_ref(set.0);
-        // SAFETY: `set` is a kfunc set of the shim, and its `set` points to the shim's
-        // `BTF_KFUNCS_START/END` set, a static whose `cnt` entries follow the header.
-        let ids = unsafe {
-            let set8 = (*set).set;
-            core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
-        };
-        if ids.is_empty() || ids.iter().any(|p| p.id == 0) {
+        if !ids_resolved(set.0) {
             pr_err!(
                 "the kfunc set has unresolved BTF ids: resolve_btfids did not run on the module\n"
             );
             return Err(EINVAL);
         }
 
+        let set = ptr::from_ref(set.0);
         for &t in types {
             // SAFETY: `set` is a valid, 'static kfunc set owned by `module`, and this runs
             // from module init, as register_btf_kfunc_id_set() requires.

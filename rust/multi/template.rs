@@ -22,14 +22,10 @@ impl SleepableTemplate {
     /// Registers the set; fails if resolve_btfids did not patch its BTF id, or the kernel
     /// refuses it.
     pub(crate) fn register() -> Result<Self> {
-        let set = &raw const rkf_h::rkf_multi_fmodret_set;
         // SAFETY: the shim defines `rkf_multi_fmodret_set` as a const object, never
-        // written, whose `set` is its `BTF_SET8_START/END` set: `cnt` entries follow it.
-        let ids = unsafe {
-            let set8 = (*set).set;
-            core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
-        };
-        if ids.is_empty() || ids.iter().any(|p| p.id == 0) {
+        // written.
+        let set = unsafe { &rkf_h::rkf_multi_fmodret_set };
+        if !crate::kfunc::ids_resolved(set) {
             pr_err!(
                 "the template's BTF id is unresolved: resolve_btfids did not run on the module\n"
             );
