@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rkf_stack: kfunc entry points and BTF sets, and the pieces of bpf_get_stack() that are
- * inline or macros in the kernel: the per-cpu pt_regs slots and perf_fetch_caller_regs()
- * of the raw_tp flavour, the callchain taken with preemption disabled, and the mmap lock
- * with its irq_work deferred unlock.  The rules (flags, sizes, the tail, build ids) are in
- * rust/stack.rs and rust/core/src/stack.rs.
+ * rkf_stack: kfunc entry points and BTF sets, and the pieces of bpf_get_stack() and
+ * bpf_get_task_stack() that are inline or macros in the kernel: the per-cpu pt_regs slots
+ * and perf_fetch_caller_regs() of the raw_tp flavour, the callchain taken with preemption
+ * disabled, a task's stack walk, and the mmap lock with its irq_work deferred unlock.
+ * The rules (flags, sizes, the tail, build ids) are in rust/stack.rs and
+ * rust/core/src/stack.rs.
  *
  * Everything here mirrors kernel/bpf/stackmap.c and kernel/trace/bpf_trace.c so that the
  * kfuncs return byte for byte what the helper returns.
@@ -18,6 +19,8 @@
 #include <linux/perf_event.h>
 #include <linux/percpu.h>
 #include <linux/sched.h>
+#include <linux/sched/task_stack.h>
+#include <linux/stacktrace.h>
 
 #include "rkf.h"
 
@@ -111,6 +114,35 @@ static __always_inline long rkf_stack_get(struct pt_regs *regs, void *buf, u32 s
 	return rkf_stack_finish(buf, size, &walk, ret);
 }
 
+/**
+ * rkf_stack_capture_task() - the kernel stack of a task, as get_callchain_entry_for_task()
+ * and callchain_store() take it
+ * @task: the task
+ * @buf:  the program's buffer, with room for the entries @walk allows
+ * @walk: from rkf_stack_prepare()
+ *
+ * stack_trace_save_tsk() pins the task's stack while it walks it and leaves the scheduler
+ * functions out, as for the helper; the entries past the skip go straight into @buf
+ * (unsigned long is u64 here).  When none is left past the skip, a second walk tells
+ * whether the stack had exactly @walk->skip frames (0 entries) or fewer (-EFAULT).
+ *
+ * Return: the number of entries stored, or -EFAULT.
+ */
+static __always_inline long rkf_stack_capture_task(struct task_struct *task, void *buf,
+						   const struct rkf_stack_walk *walk)
+{
+	unsigned long probe;
+	unsigned int nr;
+
+	static_assert(sizeof(unsigned long) == sizeof(u64));
+	if (walk->max_depth < walk->skip)
+		return -EFAULT;
+	nr = stack_trace_save_tsk(task, buf, walk->max_depth - walk->skip, walk->skip);
+	if (nr || !walk->skip)
+		return nr;
+	return stack_trace_save_tsk(task, &probe, 1, walk->skip - 1) ? 0 : -EFAULT;
+}
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -185,15 +217,60 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
 				     buf, buf__sz, flags);
 }
 
+/**
+ * bpf_rkf_get_task_stack() - copy a task's stack into a buffer, as bpf_get_task_stack()
+ * @task:   the task, a trusted pointer
+ * @buf:    as bpf_rkf_get_stack()
+ * @buf__sz: as bpf_rkf_get_stack()
+ * @flags:  as bpf_rkf_get_stack()
+ *
+ * The kernel stack of another task is the one it was switched out with; the current
+ * task's starts in this kfunc, above the calling program (the helper's, in the helper).
+ * A user stack is the current task's only: another task's gives -EOPNOTSUPP, a task
+ * without user regs -EFAULT, as with the helper.  Another task's user regs are not read,
+ * since its stack is not pinned here: it has them unless it is a kernel thread or a user
+ * worker, whose regs copy_thread() makes kernel ones.
+ *
+ * Return: as bpf_rkf_get_stack(), and -EFAULT for a task whose stack is gone (it has
+ * exited), -EOPNOTSUPP as above.
+ */
+__bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32 buf__sz,
+					u64 flags)
+{
+	bool is_current = task == current;
+	struct rkf_stack_walk walk;
+	bool user_regs;
+	long ret;
+
+	/* First, as the helper's try_get_task_stack(): a task whose stack is gone. */
+	if (!refcount_read(&task->stack_refcount)) {
+		memset(buf, 0, buf__sz);
+		return -EFAULT;
+	}
+	ret = rkf_stack_prepare(buf, buf__sz, flags, &walk);
+	if (ret)
+		return ret;
+	user_regs = is_current ? user_mode(task_pt_regs(task)) :
+		    !(task->flags & (PF_KTHREAD | PF_USER_WORKER));
+	ret = rkf_stack_check_task(&walk, is_current, user_regs);
+	if (!ret && walk.user)
+		ret = rkf_stack_capture(task_pt_regs(task), buf, &walk);
+	else if (!ret)
+		ret = rkf_stack_capture_task(task, buf, &walk);
+	return rkf_stack_finish(buf, buf__sz, &walk, ret);
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(rkf_stack_tracing_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_pe)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack)
 BTF_KFUNCS_END(rkf_stack_tracing_kfunc_ids)
 
 BTF_KFUNCS_START(rkf_stack_kprobe_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack)
 BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set = {

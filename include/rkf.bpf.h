@@ -18,16 +18,19 @@
  * per-cpu variable, or NULL (cpu >= nr_cpu_ids, cpu not possible, or a NULL pointer such as
  * an unresolved weak __ksym).  To the verifier the result is a scalar: it cannot be
  * dereferenced as it is.  Use the macros below, which turn it into a typed, read-only,
- * fault-safe pointer and make the NULL check mandatory:
+ * fault-safe pointer and make the NULL check mandatory.  They take the arguments of
+ * bpf_per_cpu_ptr() and bpf_this_cpu_ptr(), so a program written against the helpers
+ * needs only the names changed:
  *
  *	extern const struct rq runqueues __ksym;
  *
- *	const struct rq *rq = rkf_per_cpu_ptr(runqueues, cpu);
+ *	const struct rq *rq = rkf_per_cpu_ptr(&runqueues, cpu);
  *	if (rq)
  *		nr = rq->nr_running;
  *
- * Loads through the pointer are BPF_PROBE_MEM loads: a bad address reads as zero instead
- * of oopsing, and writes through it are rejected at load time.
+ * rkf_this_cpu_ptr(), like bpf_this_cpu_ptr(), needs no NULL check.  Loads through the
+ * pointers are BPF_PROBE_MEM loads: a bad address reads as zero instead of oopsing, and
+ * writes through them are rejected at load time.
  */
 
 extern void *bpf_rkf_per_cpu_ptr(const void *ptr__ign, __u32 cpu) __ksym __weak;
@@ -53,26 +56,31 @@ static __always_inline const void *__rkf_untrusted(void *p)
 	return bpf_rdonly_cast(p, 0);
 }
 
-/* Typed, fault-safe pointer to @cpu's copy of the per-cpu variable @sym, or NULL. */
-#define rkf_per_cpu_ptr(sym, cpu)					\
-	((const typeof(sym) *)__rkf_untrusted(bpf_rkf_per_cpu_ptr(&(sym), (cpu))))
+/* Typed, fault-safe pointer to @cpu's copy of the per-cpu variable at @ptr, or NULL. */
+#define rkf_per_cpu_ptr(ptr, cpu)					\
+	((const typeof(*(ptr)) *)__rkf_untrusted(bpf_rkf_per_cpu_ptr((ptr), (cpu))))
 
-/* Typed, fault-safe pointer to the current cpu's copy of @sym (never NULL for a real @sym). */
-#define rkf_this_cpu_ptr(sym)						\
-	((const typeof(sym) *)__rkf_untrusted(bpf_rkf_this_cpu_ptr(&(sym))))
+/*
+ * Typed, fault-safe pointer to the current cpu's copy of the per-cpu variable at @ptr.
+ * As bpf_this_cpu_ptr(), it needs no NULL check: the current cpu always has a copy, so
+ * the result is NULL only for an unresolved weak __ksym, and loads through it are
+ * fault-safe (a NULL reads as zero).
+ */
+#define rkf_this_cpu_ptr(ptr)						\
+	((const typeof(*(ptr)) *)bpf_rdonly_cast(bpf_rkf_this_cpu_ptr(ptr), 0))
 
 /*
  * For a per-cpu struct of vmlinux only: a pointer the verifier types as that struct
  * (PTR_TO_BTF_ID | PTR_UNTRUSTED), through bpf_rdonly_cast() with the type's vmlinux BTF
  * id.  Module types have no vmlinux BTF id; use rkf_per_cpu_ptr() for them.
  */
-#define rkf_per_cpu_btf_ptr(sym, cpu) ({					\
-	void *__p = bpf_rkf_per_cpu_ptr(&(sym), (cpu));				\
+#define rkf_per_cpu_btf_ptr(ptr, cpu) ({					\
+	void *__p = bpf_rkf_per_cpu_ptr((ptr), (cpu));				\
 	if (__p)								\
-		__p = bpf_rdonly_cast(__p, bpf_core_type_id_kernel(typeof(sym))); \
+		__p = bpf_rdonly_cast(__p, bpf_core_type_id_kernel(typeof(*(ptr)))); \
 	else									\
 		barrier_var(__p);						\
-	(const typeof(sym) *)__p;						\
+	(const typeof(*(ptr)) *)__p;						\
 })
 
 /*
@@ -109,6 +117,60 @@ extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__
 				     __u64 flags) __ksym __weak;
 extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u32 buf__sz,
 				 __u64 flags) __ksym __weak;
+
+/*
+ * bpf_get_task_stack() as a kfunc, for every program type above: the stack of @task, a
+ * trusted pointer (bpf_get_current_task_btf(), bpf_task_from_pid(), an iter/task
+ * program's ctx->task, a tp_btf argument).  Another task's kernel stack is the one it was
+ * switched out with; a user stack is the current task's only (another task's:
+ * -EOPNOTSUPP; a kernel thread's: -EFAULT).  Flags, layout, errnos and the zeroed tail are
+ * bpf_get_task_stack()'s.
+ */
+extern long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, __u32 buf__sz,
+				   __u64 flags) __ksym __weak;
+
+/*
+ * The result of a stack kfunc, bounded for the verifier as it bounds bpf_get_stack()'s:
+ * at most @size (and at least -MAX_ERRNO).  The kfuncs never return anything outside,
+ * but a kfunc's return value is unbounded to the verifier, which then refuses a second
+ * stack written behind the first one in the same buffer (buf + n, size - n): "R2 min value
+ * is negative".  The -EFAULT path is never taken.
+ */
+static __always_inline long __rkf_stack_bounded(long ret, __u32 size)
+{
+	if (ret < -4095 || ret > (long)size)
+		return -14;
+	return ret;
+}
+
+/*
+ * rkf_get_stack(ctx, buf, size, flags): bpf_get_stack() with the helper's arguments and
+ * result range, so that a program written against the helper needs only the name
+ * changed.  It calls the kfunc for the program type of @ctx, by its C type:
+ * bpf_rkf_get_stack_kprobe() for a struct pt_regs * (kprobe programs),
+ * bpf_rkf_get_stack_pe() for a struct bpf_perf_event_data * (perf_event programs), and
+ * bpf_rkf_get_stack() for any other (the rest, whose @ctx it does not need).
+ */
+#define rkf_get_stack(ctx, buf, size, flags) ({					\
+	__u32 __rkf_sz = (size);						\
+	long __rkf_ret = _Generic((ctx),					\
+		struct pt_regs * :						\
+			bpf_rkf_get_stack_kprobe((struct pt_regs *)(ctx), (buf),	\
+						 __rkf_sz, (flags)),		\
+		struct bpf_perf_event_data * :					\
+			bpf_rkf_get_stack_pe((struct bpf_perf_event_data *)(ctx),	\
+					     (buf), __rkf_sz, (flags)),		\
+		default :							\
+			bpf_rkf_get_stack((buf), __rkf_sz, (flags)));		\
+	__rkf_stack_bounded(__rkf_ret, __rkf_sz);				\
+})
+
+/* bpf_get_task_stack(task, buf, size, flags), likewise bounded. */
+#define rkf_get_task_stack(task, buf, size, flags) ({				\
+	__u32 __rkf_sz = (size);						\
+	__rkf_stack_bounded(bpf_rkf_get_task_stack((task), (buf), __rkf_sz, (flags)), \
+			    __rkf_sz);						\
+})
 
 /* ---- rkf_multi ----------------------------------------------------------------------
  *

@@ -6,8 +6,9 @@
 //! `bpf_rkf_get_stack()` serves fentry/fexit, tp_btf, raw_tp and tracepoint programs (the
 //! stack starts at the program, as the helper's does there); `bpf_rkf_get_stack_kprobe()`
 //! serves kprobe programs (the stack starts at the probed instruction) and
-//! `bpf_rkf_get_stack_pe()` perf_event programs (the sampled regs or callchain).  The kfunc entry
-//! points are in c-shim/rkf_stack_shim.c.
+//! `bpf_rkf_get_stack_pe()` perf_event programs (the sampled regs or callchain);
+//! `bpf_rkf_get_task_stack()` serves all of them and takes the stack of a task, as
+//! `bpf_get_task_stack()`.  The kfunc entry points are in c-shim/rkf_stack_shim.c.
 
 use kernel::prelude::*;
 
@@ -63,7 +64,7 @@ impl kernel::Module for RkfStack {
             &[ProgType::Tracing, ProgType::Syscall],
         )?;
         let kprobe = KfuncRegistration::new(module, &stack::KPROBE_KFUNCS, &[ProgType::Kprobe])?;
-        pr_info!("kfuncs bpf_rkf_get_stack, bpf_rkf_get_stack_kprobe and bpf_rkf_get_stack_pe registered\n");
+        pr_info!("kfuncs bpf_rkf_get_stack, bpf_rkf_get_stack_kprobe, bpf_rkf_get_stack_pe and bpf_rkf_get_task_stack registered\n");
         Ok(Self {
             _tracing: tracing,
             _kprobe: kprobe,

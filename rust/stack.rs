@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `bpf_get_stack()` as kfuncs: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_kprobe()` and
-//! `bpf_rkf_get_stack_pe()`.
+//! `bpf_get_stack()` and `bpf_get_task_stack()` as kfuncs: `bpf_rkf_get_stack()`,
+//! `bpf_rkf_get_stack_kprobe()`, `bpf_rkf_get_stack_pe()` and `bpf_rkf_get_task_stack()`.
 //!
 //! The C shim fetches the regs and takes the callchain; this file applies the helper's
 //! rules around it (rust/core/src/stack.rs) and resolves build ids.
@@ -18,7 +18,8 @@ use kernel::{
 use crate::stack_core::{self, AddressSpace, Vma, BUILD_ID_SIZE};
 use crate::{kfunc::KfuncSet, rkf_h};
 
-/// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_pe()`.
+/// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_pe()`,
+/// `bpf_rkf_get_task_stack()`.
 pub(crate) static TRACING_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
     KfuncSet::new(unsafe { &rkf_h::rkf_stack_tracing_kfunc_set });
@@ -222,6 +223,25 @@ pub(crate) extern "C" fn rkf_stack_finish(
     stack_core::finalize(bytes, n, walk.elem_size) as c_long
 }
 
+/// `__bpf_get_task_stack()`'s checks of the task, after [`rkf_stack_prepare()`] filled
+/// `walk`: 0, or `-errno` for the shim to finish with (which zeroes the buffer).
+///
+/// `is_current` tells whether the task is the current one, `user_regs` whether it has user
+/// regs (see `bpf_rkf_get_task_stack()` in the shim).
+#[no_mangle]
+pub(crate) extern "C" fn rkf_stack_check_task(
+    walk: *const rkf_h::rkf_stack_walk,
+    is_current: bool,
+    user_regs: bool,
+) -> c_long {
+    // SAFETY: `walk` is the shim's local, filled by `rkf_stack_prepare()`.
+    let user = unsafe { (*walk).user };
+    match stack_core::check_task(user, is_current, user_regs) {
+        Ok(()) => 0,
+        Err(errno) => -(errno as c_long),
+    }
+}
+
 /// `bpf_get_stack_pe()` for an event that samples callchains: copies from the sample's
 /// callchain `ips[..nr]` (`ips` is NULL when the sample has none).
 ///
@@ -284,5 +304,9 @@ const _: () = {
     let _ = [
         rkf_h::rkf_stack_get_sampled as unsafe extern "C" fn(_, _, _, _, _) -> _,
         rkf_stack_get_sampled,
+    ];
+    let _ = [
+        rkf_h::rkf_stack_check_task as unsafe extern "C" fn(_, _, _) -> _,
+        rkf_stack_check_task,
     ];
 };

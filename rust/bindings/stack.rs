@@ -65,3 +65,10 @@ unsafe extern "C" {
         flags: u64_,
     ) -> ffi::c_long;
 }
+unsafe extern "C" {
+    pub fn rkf_stack_check_task(
+        walk: *const rkf_stack_walk,
+        is_current: bool_,
+        user_regs: bool_,
+    ) -> ffi::c_long;
+}

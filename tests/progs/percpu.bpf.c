@@ -41,8 +41,6 @@ __u64 null_results[4];
 SEC("syscall")
 int percpu_all(void *ctx)
 {
-	const struct rq *this_rq;
-	const int *this_active;
 	__u32 cpu;
 
 	runqueues_addr = (__u64)&runqueues;
@@ -61,20 +59,20 @@ int percpu_all(void *ctx)
 		rq_h = bpf_per_cpu_ptr(&runqueues, cpu);
 		rq_helper[cpu] = (__u64)rq_h;
 		rq_cpu_helper[cpu] = rq_h ? rq_h->cpu : -1;
-		rq = rkf_per_cpu_ptr(runqueues, cpu);
+		rq = rkf_per_cpu_ptr(&runqueues, cpu);
 		rq_cpu[cpu] = rq ? rq->cpu : -1;
-		rq_btf = rkf_per_cpu_btf_ptr(runqueues, cpu);
+		rq_btf = rkf_per_cpu_btf_ptr(&runqueues, cpu);
 		rq_cpu_btf[cpu] = rq_btf ? rq_btf->cpu : -1;
 
 		active_kfunc[cpu] = (__u64)bpf_rkf_per_cpu_ptr(&bpf_prog_active, cpu);
 		active_h = bpf_per_cpu_ptr(&bpf_prog_active, cpu);
 		active_helper[cpu] = (__u64)active_h;
 		active_val_helper[cpu] = active_h ? *active_h : -1;
-		active = rkf_per_cpu_ptr(bpf_prog_active, cpu);
+		active = rkf_per_cpu_ptr(&bpf_prog_active, cpu);
 		active_val[cpu] = active ? *active : -1;
 
 		probe_kfunc[cpu] = (__u64)bpf_rkf_per_cpu_ptr(&rkf_percpu_probe, cpu);
-		probe = rkf_per_cpu_ptr(rkf_percpu_probe, cpu);
+		probe = rkf_per_cpu_ptr(&rkf_percpu_probe, cpu);
 		if (probe) {
 			probe_cpu[cpu] = probe->cpu;
 			probe_magic[cpu] = probe->magic;
@@ -85,12 +83,11 @@ int percpu_all(void *ctx)
 	this_cpu = bpf_get_smp_processor_id();
 	this_rq_kfunc = (__u64)bpf_rkf_this_cpu_ptr(&runqueues);
 	this_rq_helper = (__u64)bpf_this_cpu_ptr(&runqueues);
-	this_rq = rkf_this_cpu_ptr(runqueues);
-	this_rq_cpu = this_rq ? this_rq->cpu : -1;
+	/* No NULL check, as with bpf_this_cpu_ptr(): the program must load so. */
+	this_rq_cpu = rkf_this_cpu_ptr(&runqueues)->cpu;
 	this_active_kfunc = (__u64)bpf_rkf_this_cpu_ptr(&bpf_prog_active);
 	this_active_helper = (__u64)bpf_this_cpu_ptr(&bpf_prog_active);
-	this_active = rkf_this_cpu_ptr(bpf_prog_active);
-	this_active_val = this_active ? *this_active : -1;
+	this_active_val = *rkf_this_cpu_ptr(&bpf_prog_active);
 	this_active_val_helper = *(const int *)bpf_this_cpu_ptr(&bpf_prog_active);
 
 	null_results[0] = (__u64)bpf_rkf_per_cpu_ptr(&runqueues, nr_cpus);

@@ -17,7 +17,7 @@ __s32 out;
 SEC("syscall")
 int deref_without_null_check(void *ctx)
 {
-	const struct rq *rq = rkf_per_cpu_ptr(runqueues, 0);
+	const struct rq *rq = rkf_per_cpu_ptr(&runqueues, 0);
 
 	out = rq->cpu;
 	return 0;
@@ -27,7 +27,7 @@ int deref_without_null_check(void *ctx)
 SEC("syscall")
 int deref_scalar_without_null_check(void *ctx)
 {
-	out = *rkf_per_cpu_ptr(bpf_prog_active, 1);
+	out = *rkf_per_cpu_ptr(&bpf_prog_active, 1);
 	return 0;
 }
 
@@ -46,7 +46,7 @@ int deref_raw_result(void *ctx)
 SEC("syscall")
 int write_through_pointer(void *ctx)
 {
-	int *p = (int *)rkf_per_cpu_ptr(bpf_prog_active, 0);
+	int *p = (int *)rkf_per_cpu_ptr(&bpf_prog_active, 0);
 
 	if (p)
 		*p = 1;

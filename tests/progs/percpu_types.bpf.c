@@ -24,8 +24,8 @@ static __always_inline void check(enum kind kind)
 
 	if (bpf_get_current_pid_tgid() >> 32 != target_tgid)
 		return;
-	rq = rkf_per_cpu_ptr(runqueues, cpu);
-	this = rkf_this_cpu_ptr(runqueues);
+	rq = rkf_per_cpu_ptr(&runqueues, cpu);
+	this = rkf_this_cpu_ptr(&runqueues);
 	if (!rq || !this || rq->cpu != cpu || this->cpu != cpu)
 		__sync_fetch_and_add(&bad[kind], 1);
 	__sync_fetch_and_add(&hits[kind], 1);

@@ -13,6 +13,9 @@
 
 enum kind { FENTRY, FEXIT, TP_BTF, RAW_TP, TRACEPOINT, KPROBE, SYSCALL, PERF_EVENT, NR_KINDS };
 
+extern void bpf_rcu_read_lock(void) __ksym;
+extern void bpf_rcu_read_unlock(void) __ksym;
+
 struct stack_sample {
 	long kf_ret;
 	long h_ret;
@@ -25,9 +28,29 @@ __u32 target_tgid;
 __u64 flags;
 __u32 size;
 __u32 armed[NR_KINDS];
+/*
+ * Added to the tracepoint program's skip for the kfunc only: the frames between the
+ * program and the tracepoint, where the helper's stack starts (rkf.bpf.h).
+ */
+__u32 tp_skip;
 
 /* Outputs. */
 struct stack_sample samples[NR_KINDS];
+
+/*
+ * The kfunc's flags in the tracepoint program: for a kernel stack, tp_skip more frames
+ * skipped, saturated at the field's maximum (more than any stack has).
+ */
+static __always_inline __u64 tracepoint_flags(void)
+{
+	__u64 skip = (flags & BPF_F_SKIP_FIELD_MASK) + tp_skip;
+
+	if (flags & BPF_F_USER_STACK)
+		return flags;
+	if (skip > BPF_F_SKIP_FIELD_MASK)
+		skip = BPF_F_SKIP_FIELD_MASK;
+	return (flags & ~BPF_F_SKIP_FIELD_MASK) | skip;
+}
 
 static __always_inline int take(enum kind k, void *ctx)
 {
@@ -45,14 +68,22 @@ static __always_inline int take(enum kind k, void *ctx)
 		s->kf_ret = bpf_rkf_get_stack_kprobe(ctx, s->kf, sz, flags);
 	else if (k == PERF_EVENT)
 		s->kf_ret = bpf_rkf_get_stack_pe(ctx, s->kf, sz, flags);
+	else if (k == TRACEPOINT)
+		s->kf_ret = bpf_rkf_get_stack(s->kf, sz, tracepoint_flags());
 	else
 		s->kf_ret = bpf_rkf_get_stack(s->kf, sz, flags);
 	/*
-	 * In syscall programs the helper calls get_perf_callchain() outside rcu_read_lock()
-	 * (lockdep: suspicious RCU usage, kernel/events/callchain.c): only the kfunc runs.
+	 * Syscall programs get raw_tp's helper, which calls get_perf_callchain() without
+	 * rcu_read_lock() (lockdep: suspicious RCU usage, kernel/events/callchain.c) in a
+	 * program that runs outside RCU: hold it for the helper here.
 	 */
-	if (k != SYSCALL)
+	if (k == SYSCALL) {
+		bpf_rcu_read_lock();
 		s->h_ret = bpf_get_stack(ctx, s->h, sz, flags);
+		bpf_rcu_read_unlock();
+	} else {
+		s->h_ret = bpf_get_stack(ctx, s->h, sz, flags);
+	}
 	return 0;
 }
 

@@ -388,7 +388,7 @@ fn multi_rmmod_in_flight() -> Result<()> {
 
 /// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
 /// on its kernel stack (/proc/self/task/TID/stat and stack).
-fn blocked_in(tid: i32, func: &str) -> Result<bool> {
+pub(crate) fn blocked_in(tid: i32, func: &str) -> Result<bool> {
     let task = format!("/proc/self/task/{tid}");
     let stat = std::fs::read_to_string(format!("{task}/stat"))
         .with_context(|| format!("the state of task {tid}"))?;

@@ -47,6 +47,18 @@ mod skel {
     pub mod stack_lost {
         include!(concat!(env!("OUT_DIR"), "/stack_lost.skel.rs"));
     }
+    pub mod task_stack {
+        include!(concat!(env!("OUT_DIR"), "/task_stack.skel.rs"));
+    }
+    pub mod upstream_get_stack_rawtp {
+        include!(concat!(
+            env!("OUT_DIR"),
+            "/upstream_get_stack_rawtp.skel.rs"
+        ));
+    }
+    pub mod upstream_ksyms_btf {
+        include!(concat!(env!("OUT_DIR"), "/upstream_ksyms_btf.skel.rs"));
+    }
 }
 
 #[derive(Parser)]

@@ -33,6 +33,10 @@ pub const TESTS: &[Test] = &[
         run: module_btf,
     },
     Test {
+        name: "percpu_upstream_ksyms_btf",
+        run: upstream_ksyms_btf,
+    },
+    Test {
         name: "percpu_every_possible_cpu",
         run: every_possible_cpu,
     },
@@ -155,12 +159,12 @@ fn every_possible_cpu() -> Result<()> {
         check_eq!(
             a.bss.rq_cpu[c],
             cpu as i32,
-            "rkf_per_cpu_ptr(runqueues, {cpu})->cpu"
+            "rkf_per_cpu_ptr(&runqueues, {cpu})->cpu"
         );
         check_eq!(
             a.bss.rq_cpu_btf[c],
             cpu as i32,
-            "rkf_per_cpu_btf_ptr(runqueues, {cpu})->cpu"
+            "rkf_per_cpu_btf_ptr(&runqueues, {cpu})->cpu"
         );
     }
     Ok(())
@@ -184,7 +188,7 @@ fn this_cpu() -> Result<()> {
     check_eq!(
         b.this_rq_cpu,
         cpu as i32,
-        "rkf_this_cpu_ptr(runqueues)->cpu"
+        "rkf_this_cpu_ptr(&runqueues)->cpu"
     );
     Ok(())
 }
@@ -219,6 +223,53 @@ fn prog_active() -> Result<()> {
             "bpf_prog_active of cpu {cpu} is a small count"
         );
     }
+    Ok(())
+}
+
+/// Upstream's own program, tools/testing/selftests/bpf/progs/test_ksyms_btf.c, with only
+/// the helpers' names changed to rkf.bpf.h's (tests/progs/upstream_ksyms_btf.bpf.c): it
+/// loads, and its results pass the checks of upstream's test_basic()
+/// (prog_tests/ksyms_btf.c), with the addresses compared to /proc/kallsyms.
+fn upstream_ksyms_btf() -> Result<()> {
+    use crate::skel::upstream_ksyms_btf::UpstreamKsymsBtfSkelBuilder;
+
+    modules::require("rkf_percpu")?;
+    let k = Kallsyms::load()?;
+    let (rq, active) = (
+        k.lookup("runqueues", None)?,
+        k.lookup("bpf_prog_active", None)?,
+    );
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = skeleton::load_and_attach::<UpstreamKsymsBtfSkelBuilder>(
+        &mut obj,
+        "upstream_ksyms_btf.bpf.c",
+        skeleton::as_built,
+    )?;
+    // Trigger the tracepoint (sys_enter), as upstream does, then detach, so that what is
+    // read comes from finished runs.
+    std::thread::sleep(Duration::from_micros(1));
+    drop(skel.links.handler.take());
+    let d = skel.maps.data_data.as_deref().context("no .data")?;
+    check_eq!(d.out__runqueues_addr, rq, "runqueues_addr");
+    check_eq!(d.out__bpf_prog_active_addr, active, "bpf_prog_active_addr");
+    let nr_cpus = cpus::nr_cpu_ids()?;
+    check!(
+        d.out__rq_cpu < nr_cpus,
+        "rq_cpu: got {}, expected a cpu (not -1)",
+        d.out__rq_cpu
+    );
+    check!(
+        d.out__bpf_prog_active >= 0,
+        "bpf_prog_active: got {}, expected >= 0",
+        d.out__bpf_prog_active
+    );
+    check_eq!(d.out__cpu_0_rq_cpu, 0, "cpu_rq(0)->cpu");
+    check_eq!(d.out__this_rq_cpu, d.out__rq_cpu, "this_rq_cpu");
+    check_eq!(
+        d.out__this_bpf_prog_active,
+        d.out__bpf_prog_active,
+        "this_bpf_prog_active"
+    );
     Ok(())
 }
 

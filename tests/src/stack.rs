@@ -5,6 +5,8 @@
 
 use std::{mem::MaybeUninit, time::Duration};
 
+mod task;
+
 use anyhow::{Context, Result};
 use libbpf_rs::ProgramInput;
 
@@ -52,6 +54,14 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "stack_no_stack_lost",
         run: no_stack_lost,
+    },
+    Test {
+        name: "stack_upstream_get_stack_rawtp",
+        run: upstream_get_stack_rawtp,
+    },
+    Test {
+        name: "stack_task_differential",
+        run: task::differential,
     },
 ];
 
@@ -114,7 +124,7 @@ fn load<'o>(
     obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
 ) -> Result<(StackSkel<'o>, KernelSymbolizer)> {
     modules::require("rkf_stack")?;
-    let skel = skeleton::load_and_attach::<StackSkelBuilder>(obj, "stack.bpf.c", |open| {
+    let mut skel = skeleton::load_and_attach::<StackSkelBuilder>(obj, "stack.bpf.c", |open| {
         open.maps
             .bss_data
             .as_deref_mut()
@@ -122,7 +132,9 @@ fn load<'o>(
             .target_tgid = std::process::id();
         Ok(())
     })?;
-    Ok((skel, KernelSymbolizer::new()))
+    let k = KernelSymbolizer::new();
+    calibrate_tracepoint(&mut skel, &k)?;
+    Ok((skel, k))
 }
 
 /// Arms every program with `flags` and `size`, triggers the events from this thread with
@@ -170,69 +182,138 @@ fn sym(k: &KernelSymbolizer, addr: u64) -> String {
     k.describe(addr)
 }
 
-/// Checks that one sample is the helper's, byte for byte, with the documented exceptions
-/// for kernel stacks: frame 0 of programs whose stack starts at the program is the call
-/// instruction, which differs between the two calls; tracepoint programs start above the
-/// helper's first frame.
-fn compare(s: &Sample, skip: u32, user: bool, size: usize, k: &KernelSymbolizer) -> Result<()> {
-    let kind = s.kind;
-    let (kf, h) = (words(&s.kf[..size]), words(&s.h[..size]));
-    if kind == Kind::Syscall {
-        // No helper call there (see stack.bpf.c): the kfunc's stack, on its own.
-        if !user && skip == 0 && s.kf_ret > 0 {
-            check!(
-                sym(k, kf[0]).starts_with("bpf_prog_"),
-                "Syscall: frame 0 is the program: {}",
-                sym(k, kf[0])
-            );
+/// Fails unless the kfunc's bytes `kf` and the helper's `h` are equal, naming the first
+/// entry that differs (an ip, or a `struct bpf_stack_build_id` in build-id stacks) and
+/// both values.
+fn check_same(what: &str, kf: &[u8], h: &[u8], build_id: bool, k: &KernelSymbolizer) -> Result<()> {
+    check_eq!(kf.len(), h.len(), "{what}: bytes compared");
+    let entry = if build_id { 32 } else { 8 };
+    let Some(i) = kf
+        .chunks(entry)
+        .zip(h.chunks(entry))
+        .position(|(a, b)| a != b)
+    else {
+        return Ok(());
+    };
+    let show = |e: &[u8]| match e.len() {
+        32 => format!(
+            "status {}, build id {}, offset {:#x}",
+            i32::from_ne_bytes(e[0..4].try_into().unwrap()),
+            hex(&e[4..24]),
+            u64::from_ne_bytes(e[24..32].try_into().unwrap())
+        ),
+        8 if !build_id => {
+            let ip = u64::from_ne_bytes(e.try_into().unwrap());
+            format!("{ip:#x} ({})", sym(k, ip))
         }
-        return Ok(());
-    }
-    if !user && kind == Kind::Tracepoint && s.kf_ret > 0 && s.h_ret > 0 {
-        // The helper's stack starts at the tracepoint (perf_trace_<event>() fetches its
-        // regs); the kfunc's walk starts at the program and does not reliably unwind
-        // through perf_trace_<event>() (README, known limitation).  Only check that it
-        // is a kernel stack.
-        let frames: Vec<String> = kf[..s.kf_ret as usize / 8]
-            .iter()
-            .map(|&ip| sym(k, ip))
-            .collect();
-        check!(
-            kf[..s.kf_ret as usize / 8]
-                .iter()
-                .all(|&ip| k.frame(ip).is_some()),
-            "Tracepoint: every frame of the kfunc's stack is kernel text: {frames:?}"
-        );
-        return Ok(());
-    }
+        _ => format!("bytes {}", hex(e)),
+    };
+    let at = |b: &[u8]| show(&b[i * entry..b.len().min((i + 1) * entry)]);
+    anyhow::bail!(
+        "{what}: kfunc and helper differ first at entry {i} of {} ({entry} bytes each): kfunc {}, helper {}",
+        kf.len().div_ceil(entry),
+        at(kf),
+        at(h)
+    )
+}
+
+/// Checks that one sample is the helper's: the same return value and the same `size`
+/// bytes.  The one documented exception: for programs whose kernel stack starts at the
+/// program, frame 0 is the return address of the call, which differs between the two
+/// calls; it must name the same program for both.  (Tracepoint programs skip the frames
+/// above the tracepoint for the kfunc, see [`calibrate_tracepoint`], and compare whole.)
+fn compare(s: &Sample, flags: u64, size: usize, k: &KernelSymbolizer) -> Result<()> {
+    let kind = s.kind;
+    let (skip, user, build_id) = (
+        flags & 0xff,
+        flags & F_USER_STACK != 0,
+        flags & F_USER_BUILD_ID != 0,
+    );
     check_eq!(
         s.kf_ret,
         s.h_ret,
         "{kind:?}: return value (kfunc vs helper)"
     );
-    let starts_at_program = matches!(kind, Kind::Fentry | Kind::Fexit | Kind::TpBtf | Kind::RawTp);
+    let (kf, h) = (&s.kf[..size], &s.h[..size]);
+    let starts_at_program = matches!(
+        kind,
+        Kind::Fentry | Kind::Fexit | Kind::TpBtf | Kind::RawTp | Kind::Syscall
+    );
     if !user && skip == 0 && starts_at_program && s.h_ret > 0 {
-        let (a, b) = (k.name(kf[0]), k.name(h[0]));
+        let (a, b) = (words(&kf[..8])[0], words(&h[..8])[0]);
+        let (na, nb) = (k.name(a), k.name(b));
         let same_prog =
-            matches!((a, b), (Some(x), Some(y)) if x == y && x.starts_with("bpf_prog_"));
+            matches!((&na, &nb), (Some(x), Some(y)) if x == y && x.starts_with("bpf_prog_"));
         check!(
             same_prog,
             "{kind:?}: frame 0 is the program for both: {} vs {}",
-            sym(k, kf[0]),
-            sym(k, h[0])
+            sym(k, a),
+            sym(k, b)
         );
-        check_eq!(
-            s.kf[8..size],
-            s.h[8..size],
-            "{kind:?}: frames 1.. (kfunc vs helper)"
+        return check_same(
+            &format!("{kind:?}: frames 1.."),
+            &kf[8..],
+            &h[8..],
+            false,
+            k,
         );
-        return Ok(());
     }
-    check_eq!(
-        s.kf[..size],
-        s.h[..size],
-        "{kind:?}: buffer (kfunc vs helper)"
+    check_same(&format!("{kind:?}"), kf, h, build_id, k)
+}
+
+/// The kernel frames between a tracepoint program and its tracepoint: the helper's stack
+/// starts at the tracepoint, the kfunc's walk at the program (rkf.bpf.h says to skip
+/// these).  Finds the helper's first frame in the kfunc's stack, checks that exactly the
+/// program, trace_call_bpf(), perf_trace_run_bpf_submit() and perf_trace_sched_switch()
+/// are above it, and makes the tracepoint program skip them for the kfunc.
+fn calibrate_tracepoint(skel: &mut StackSkel<'_>, k: &KernelSymbolizer) -> Result<()> {
+    skel.maps
+        .bss_data
+        .as_deref_mut()
+        .context("no .bss")?
+        .tp_skip = 0;
+    let s = run(skel, 0, BUF, 0)?.swap_remove(Kind::Tracepoint as usize);
+    check!(
+        s.kf_ret > 0 && s.h_ret > 0,
+        "tracepoint kernel stacks: kfunc {}, helper {}",
+        s.kf_ret,
+        s.h_ret
     );
+    let (kf, h) = (
+        words(&s.kf[..s.kf_ret as usize]),
+        words(&s.h[..s.h_ret as usize]),
+    );
+    let names = |ips: &[u64]| -> Vec<String> {
+        ips.iter()
+            .map(|&ip| k.name(ip).unwrap_or_else(|| format!("{ip:#x}")))
+            .collect()
+    };
+    let above = kf.iter().position(|&ip| ip == h[0]).with_context(|| {
+        format!(
+            "the helper's first frame {} is not in the kfunc's stack {:?}",
+            sym(k, h[0]),
+            names(&kf)
+        )
+    })?;
+    let frames = names(&kf[..above]);
+    diag!("tracepoint: {above} frames above the tracepoint: {frames:?}");
+    check!(
+        frames.len() == 4
+            && frames[0].starts_with("bpf_prog_")
+            && frames[1..]
+                == [
+                    "trace_call_bpf",
+                    "perf_trace_run_bpf_submit",
+                    "perf_trace_sched_switch"
+                ],
+        "tracepoint: the frames above the helper's first are the program, trace_call_bpf, \
+         perf_trace_run_bpf_submit and perf_trace_sched_switch: {frames:?}"
+    );
+    skel.maps
+        .bss_data
+        .as_deref_mut()
+        .context("no .bss")?
+        .tp_skip = above as u32;
     Ok(())
 }
 
@@ -247,14 +328,15 @@ fn kernel_differential() -> Result<()> {
                 s.kf_ret,
                 sym(&k, words(&s.kf)[0])
             );
-            compare(&s, skip, false, BUF as usize, &k)?;
+            compare(&s, u64::from(skip), BUF as usize, &k)?;
         }
     }
     // A size smaller than the stack: both truncate the same way.
     for s in run(&mut skel, 1, 24, 2)? {
-        compare(&s, 1, false, 24, &k)?;
-        check!(
-            s.kind == Kind::Tracepoint || s.kf_ret == 24,
+        compare(&s, 1, 24, &k)?;
+        check_eq!(
+            s.kf_ret,
+            24,
             "{:?}: a 3-entry buffer holds 3 frames",
             s.kind
         );
@@ -283,7 +365,7 @@ fn user_differential() -> Result<()> {
                     s.h_ret
                 );
             }
-            compare(&s, skip, true, BUF as usize, &k)?;
+            compare(&s, F_USER_STACK | u64::from(skip), BUF as usize, &k)?;
         }
     }
     // The frame-pointer walk sees every level of stack_target.c.
@@ -324,7 +406,7 @@ fn build_id_differential() -> Result<()> {
     let size = 16 * 32;
     let samples = run(&mut skel, F_USER_STACK | F_USER_BUILD_ID, size, 4)?;
     for s in &samples {
-        compare(s, 0, true, size as usize, &k)?;
+        compare(s, F_USER_STACK | F_USER_BUILD_ID, size as usize, &k)?;
     }
     let s = &samples[Kind::Fentry as usize];
     let mut ours = 0;
@@ -381,19 +463,8 @@ fn errno_table() -> Result<()> {
     for &(what, flags, size, want) in rows {
         for s in run(&mut skel, flags, size, 1)? {
             diag!("{what}: {:?} kfunc {} helper {}", s.kind, s.kf_ret, s.h_ret);
-            let got = if s.kind == Kind::Syscall {
-                s.kf_ret
-            } else {
-                s.h_ret
-            };
-            check_eq!(got, want, "{what}: return ({:?})", s.kind);
-            compare(
-                &s,
-                (flags & 0xff) as u32,
-                flags & F_USER_STACK != 0,
-                size as usize,
-                &k,
-            )?;
+            check_eq!(s.h_ret, want, "{what}: return ({:?})", s.kind);
+            compare(&s, flags, size as usize, &k)?;
             if want < 0 {
                 check!(
                     s.kf[..size as usize].iter().all(|&b| b == 0),
@@ -454,7 +525,7 @@ pub(crate) fn smoke() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, k) = load(&mut obj)?;
     for s in run(&mut skel, 1, BUF, 1)? {
-        compare(&s, 1, false, BUF as usize, &k)?;
+        compare(&s, 1, BUF as usize, &k)?;
     }
     Ok(())
 }
@@ -525,14 +596,8 @@ fn perf_event_differential() -> Result<()> {
                 s.kf_ret,
                 s.h_ret
             );
-            compare(
-                &s,
-                (flags & 0xff) as u32,
-                flags & F_USER_STACK != 0,
-                size as usize,
-                &k,
-            )
-            .with_context(|| format!("perf_event ({what}), flags {flags:#x}, size {size}"))?;
+            compare(&s, flags, size as usize, &k)
+                .with_context(|| format!("perf_event ({what}), flags {flags:#x}, size {size}"))?;
         }
     }
     Ok(())
@@ -645,10 +710,13 @@ fn deep_kernel_differential() -> Result<()> {
             } else {
                 0
             };
-            check!(
-                bss.kbuf[from..] == bss.hbuf[from..],
-                "depth {depth} skip {skip}: the kfunc and the helper wrote different stacks"
-            );
+            check_same(
+                &format!("depth {depth} skip {skip}"),
+                &bss.kbuf[from..],
+                &bss.hbuf[from..],
+                false,
+                &k,
+            )?;
             let frames = words(&bss.kbuf[..bss.kfunc_ret.max(0) as usize]);
             let recurse = frames
                 .iter()
@@ -677,5 +745,136 @@ fn deep_kernel_differential() -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `MAX_STACK_RAWTP` of upstream_get_stack_rawtp.bpf.c.
+const MAX_STACK_RAWTP: usize = 100;
+/// `sizeof(struct stack_trace_t)` there: four ints, then kernel and user ips and the
+/// build-id entries, `MAX_STACK_RAWTP` of each.
+const STACK_TRACE_T: usize = 16 + MAX_STACK_RAWTP * (8 + 8 + 32);
+/// Where x86-64's kernel half of the address space starts.
+const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// Upstream's own program, tools/testing/selftests/bpf/progs/test_get_stack_rawtp.c, with
+/// only the helper's name changed to rkf.bpf.h's rkf_get_stack()
+/// (tests/progs/upstream_get_stack_rawtp.bpf.c): it loads, user and kernel stacks placed
+/// one behind the other in one buffer included, and what it sends passes the checks of
+/// upstream's prog_tests/get_stack_raw_tp.c for a JIT kernel, made exact: every event
+/// that holds a `struct stack_trace_t` has a non-empty kernel stack of kernel text that
+/// starts at the program, and user and build-id stacks; every event of both stacks in one
+/// buffer is a non-empty user stack followed by a kernel stack of kernel text from the
+/// program down.
+/// Like upstream, the thread runs on cpu 0, whose perf buffer the program writes, and
+/// makes 10 nanosleep() calls.
+fn upstream_get_stack_rawtp() -> Result<()> {
+    modules::require("rkf_stack")?;
+    std::thread::scope(|s| {
+        s.spawn(upstream_get_stack_rawtp_on_cpu0)
+            .join()
+            .map_err(|_| anyhow::anyhow!("the test thread panicked"))?
+    })
+}
+
+fn upstream_get_stack_rawtp_on_cpu0() -> Result<()> {
+    use crate::skel::upstream_get_stack_rawtp::UpstreamGetStackRawtpSkelBuilder;
+    use nix::{sched, unistd::Pid};
+    use std::cell::RefCell;
+
+    /// `MAX_CNT_RAWTP` of prog_tests/get_stack_raw_tp.c.
+    const MAX_CNT_RAWTP: usize = 10;
+
+    let mut cpu0 = sched::CpuSet::new();
+    cpu0.set(0)?;
+    sched::sched_setaffinity(Pid::from_raw(0), &cpu0).context("pinning the thread to cpu 0")?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = skeleton::load_and_attach::<UpstreamGetStackRawtpSkelBuilder>(
+        &mut obj,
+        "upstream_get_stack_rawtp.bpf.c",
+        skeleton::as_built,
+    )?;
+    let events = RefCell::new(Vec::<Vec<u8>>::new());
+    let lost = RefCell::new(0u64);
+    let pb = libbpf_rs::PerfBufferBuilder::new(&skel.maps.perfmap)
+        .pages(8)
+        .sample_cb(|_cpu, data: &[u8]| events.borrow_mut().push(data.to_vec()))
+        .lost_cb(|_cpu, n| *lost.borrow_mut() += n)
+        .build()
+        .context("perf buffer on perfmap")?;
+    for _ in 0..MAX_CNT_RAWTP {
+        std::thread::sleep(Duration::from_nanos(10));
+    }
+    let start = std::time::Instant::now();
+    while events.borrow().len() < MAX_CNT_RAWTP {
+        check!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} events in 10 s, expected at least {MAX_CNT_RAWTP}",
+            events.borrow().len()
+        );
+        pb.poll(Duration::from_millis(100))?;
+    }
+    drop(pb);
+    // The program's symbol leaves kallsyms with the program: read the symbols first.
+    let k = KernelSymbolizer::new();
+    k.preload()?;
+    drop(skel);
+    let events = events.into_inner();
+    let (mut whole, mut both) = (0, 0);
+    for (i, e) in events.iter().enumerate() {
+        if e.len() >= STACK_TRACE_T {
+            whole += 1;
+            let int = |at: usize| i32::from_ne_bytes(e[at..at + 4].try_into().unwrap());
+            let (kern, user, build_id) = (int(4), int(8), int(12));
+            check!(
+                kern > 0 && kern % 8 == 0,
+                "event {i}: kern_stack_size {kern}"
+            );
+            let ips = words(&e[16..16 + kern as usize]);
+            check!(
+                k.name(ips[0]).is_some_and(|n| n.starts_with("bpf_prog_")),
+                "event {i}: kernel frame 0 is the program: {}",
+                sym(&k, ips[0])
+            );
+            for (f, &ip) in ips.iter().enumerate() {
+                check!(
+                    k.frame(ip).is_some(),
+                    "event {i}: kernel frame {f} is kernel text: {ip:#x}"
+                );
+            }
+            check!(
+                user > 0 && user % 8 == 0,
+                "event {i}: user_stack_size {user}"
+            );
+            check!(
+                build_id > 0 && build_id % 32 == 0,
+                "event {i}: user_stack_buildid_size {build_id}"
+            );
+        } else {
+            // Both stacks in one buffer (perf pads the raw sample to 8 bytes less its
+            // 4-byte size field): the user stack, whatever a frame-pointer walk through
+            // code without frame pointers found, then the kernel stack from the program.
+            both += 1;
+            let ips = words(e);
+            let kernel = ips
+                .iter()
+                .position(|&ip| k.name(ip).is_some_and(|n| n.starts_with("bpf_prog_")));
+            check!(
+                kernel.is_some_and(|p| p > 0
+                    && ips[p..]
+                        .iter()
+                        .all(|&ip| ip >= KERNEL_START && k.frame(ip).is_some())),
+                "event {i}: a user stack, then a kernel stack of kernel text from the program: {ips:x?}"
+            );
+        }
+    }
+    diag!(
+        "{} events: {whole} with a struct stack_trace_t, {both} with both stacks in one buffer, {} lost",
+        events.len(),
+        lost.into_inner()
+    );
+    check!(
+        whole > 0 && both > 0,
+        "both kinds of event arrived ({whole} and {both})"
+    );
     Ok(())
 }

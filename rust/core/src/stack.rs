@@ -12,6 +12,8 @@
 pub const EINVAL: i32 = 22;
 /// `EFAULT`.
 pub const EFAULT: i32 = 14;
+/// `EOPNOTSUPP`.
+pub const EOPNOTSUPP: i32 = 95;
 
 /// `BPF_F_SKIP_FIELD_MASK`: how many frames to skip.
 pub const F_SKIP_FIELD_MASK: u64 = 0xff;
@@ -81,6 +83,21 @@ pub fn plan(flags: u64, size: u32, sysctl_max_stack: u32) -> Result<Request, i32
         elem_size,
         max_depth,
     })
+}
+
+/// `__bpf_get_task_stack()`'s checks of a task after [`plan`]'s, for a request of the user
+/// stack (`user`, [`Request::user`]) or the kernel stack: a user stack needs the task's
+/// user regs (`EFAULT` without them: a kernel thread or a user worker), and can be walked
+/// for the current task only (`EOPNOTSUPP`: the callchain code does not walk another
+/// task's user stack).  A kernel stack can be taken of any task.
+pub fn check_task(user: bool, current: bool, user_regs: bool) -> Result<(), i32> {
+    if user && !user_regs {
+        return Err(EFAULT);
+    }
+    if user && !current {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(())
 }
 
 /// `PERF_CONTEXT_USER`: where a sampled callchain's user part starts.

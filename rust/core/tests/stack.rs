@@ -46,6 +46,32 @@ fn build_id_without_user_checked_before_size() {
     assert_eq!(plan(F_USER_BUILD_ID, 7, SYSCTL), Err(EINVAL));
 }
 
+/// `__bpf_get_task_stack()`'s table past the flags: every combination of stack kind (a
+/// build-id request is a user-stack one), task and user regs.
+#[test]
+fn task_table() {
+    let kernel = plan(0, 64, SYSCTL).unwrap().user;
+    let user = plan(F_USER_STACK, 64, SYSCTL).unwrap().user;
+    // (request, current, user regs, expected)
+    let rows = [
+        (kernel, true, true, Ok(())),
+        (kernel, true, false, Ok(())),
+        (kernel, false, true, Ok(())),
+        (kernel, false, false, Ok(())),
+        (user, true, true, Ok(())),
+        (user, true, false, Err(EFAULT)),
+        (user, false, true, Err(EOPNOTSUPP)),
+        (user, false, false, Err(EFAULT)), // no user regs is checked first
+    ];
+    for (user, current, user_regs, want) in rows {
+        assert_eq!(
+            check_task(user, current, user_regs),
+            want,
+            "check_task(user stack {user}, current {current}, user regs {user_regs})"
+        );
+    }
+}
+
 #[test]
 fn tail_is_zeroed() {
     let mut buf = [0xaau8; 32];

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `bpf_rkf_get_task_stack()` against `bpf_get_task_stack()`, on the same task, in the
+//! same program: iter/task, tp_btf, fentry and raw_tp programs (task_stack.bpf.c).
+
+use std::{mem::MaybeUninit, sync::Arc, time::Duration};
+
+use anyhow::{Context, Result};
+use nix::sys::eventfd::EventFd;
+
+use super::{check_same, sym, words, BUF, DEPTH, F_USER_BUILD_ID, F_USER_STACK};
+use crate::{
+    check, check_eq, diag,
+    skel::task_stack::{types, TaskStackSkel, TaskStackSkelBuilder},
+};
+use rkf::{kallsyms::KernelSymbolizer, modules, skeleton};
+
+/// The program kinds of task_stack.bpf.c, in its `enum kind` order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Iter,
+    TpBtf,
+    Fentry,
+    RawTp,
+}
+
+const KINDS: [Kind; 4] = [Kind::Iter, Kind::TpBtf, Kind::Fentry, Kind::RawTp];
+
+/// Whose stack: a task asleep in a known kernel path, or the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whose {
+    Other(u32),
+    Current,
+}
+
+impl Whose {
+    /// The programs that can take this task's stack: raw_tp programs have no trusted
+    /// task but the current one; an iter/task program runs in the reader, which is no
+    /// other task's.
+    fn kinds(self) -> &'static [Kind] {
+        match self {
+            Whose::Other(_) => &[Kind::Iter, Kind::TpBtf, Kind::Fentry],
+            Whose::Current => &[Kind::TpBtf, Kind::Fentry, Kind::RawTp],
+        }
+    }
+}
+
+/// One kind's result: both return values and both buffers, as bytes.
+struct Sample {
+    kind: Kind,
+    kf_ret: i64,
+    h_ret: i64,
+    kf: Vec<u8>,
+    h: Vec<u8>,
+}
+
+/// Arms the programs that can take `whose`'s stack with `flags` and `size`, triggers
+/// them from this thread (a 1 ms nanosleep() for fentry and sched_switch, a read of the
+/// task iterator), and returns what each saw.
+fn run(skel: &mut TaskStackSkel<'_>, whose: Whose, flags: u64, size: u32) -> Result<Vec<Sample>> {
+    run_kinds(skel, whose, whose.kinds(), flags, size)
+}
+
+/// [`run`] with the programs `kinds` only.
+fn run_kinds(
+    skel: &mut TaskStackSkel<'_>,
+    whose: Whose,
+    kinds: &[Kind],
+    flags: u64,
+    size: u32,
+) -> Result<Vec<Sample>> {
+    {
+        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        bss.target_tid = match whose {
+            Whose::Other(tid) => tid,
+            Whose::Current => 0,
+        };
+        bss.self_tid = nix::unistd::gettid().as_raw() as u32;
+        bss.flags = flags;
+        bss.size = size;
+        for s in bss.samples.iter_mut() {
+            // A pattern, so that what is not written, or not zeroed, shows.
+            s.kf = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+            s.h = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+            s.kf_ret = 0x7777;
+            s.h_ret = 0x7777;
+        }
+        bss.armed = [0; KINDS.len()];
+        for &k in kinds {
+            bss.armed[k as usize] = 1;
+        }
+    }
+    // Long enough to switch out for sure (a microsecond can pass before schedule()).
+    std::thread::sleep(Duration::from_millis(1));
+    if kinds.contains(&Kind::Iter) {
+        let link = skel
+            .links
+            .iter_prog
+            .as_ref()
+            .context("iter/task not attached")?;
+        let mut it = libbpf_rs::Iter::new(link).context("opening the task iterator")?;
+        std::io::Read::read_to_end(&mut it, &mut Vec::new())
+            .context("reading the task iterator")?;
+    }
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    kinds
+        .iter()
+        .map(|&kind| {
+            check_eq!(bss.armed[kind as usize], 0, "the {kind:?} program ran");
+            let s: &types::task_sample = &bss.samples[kind as usize];
+            Ok(Sample {
+                kind,
+                kf_ret: s.kf_ret,
+                h_ret: s.h_ret,
+                kf: super::bytes(&s.kf),
+                h: super::bytes(&s.h),
+            })
+        })
+        .collect()
+}
+
+/// The frames of `ips` as `function+0xoffset`, as /proc/PID/stack prints them.
+fn describe(k: &KernelSymbolizer, ips: &[u64]) -> Vec<String> {
+    ips.iter().map(|&ip| sym(k, ip)).collect()
+}
+
+/// /proc/self/task/TID/stack as `function+0xoffset` lines: the kernel's own walk of the
+/// same stack (stack_trace_save_tsk(), as both the kfunc and the helper).
+fn proc_stack(tid: u32) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stack"))?;
+    // "[<0>] eventfd_read+0x1c/0x40"
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once("] "))
+        .map(|(_, s)| s.split(['/', ' ']).next().unwrap_or(s).to_owned())
+        .collect())
+}
+
+/// Every kind, another task: the kfunc's buffer and return value are the helper's, byte
+/// for byte, whatever the flags.
+fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> Result<()> {
+    let whose = Whose::Other(tid);
+    // The kernel stack at every skip, and truncated.
+    for (skip, size) in [(0u64, BUF), (1, BUF), (2, BUF), (5, BUF), (1, 24)] {
+        for s in run(skel, whose, skip, size)? {
+            let what = format!("{:?}, another task, skip {skip}, size {size}", s.kind);
+            check_eq!(s.kf_ret, s.h_ret, "{what}: return value (kfunc vs helper)");
+            check_same(
+                &what,
+                &s.kf[..size as usize],
+                &s.h[..size as usize],
+                false,
+                k,
+            )?;
+            check!(s.kf_ret > 0, "{what}: a stack ({} bytes)", s.kf_ret);
+        }
+    }
+    // The path it sleeps in, frame for frame as the kernel prints it.
+    let s = &run(skel, whose, 0, BUF)?[0];
+    let frames = describe(k, &words(&s.kf[..s.kf_ret as usize]));
+    diag!("another task's stack: {}", frames.join(" < "));
+    let proc = proc_stack(tid)?;
+    check_eq!(
+        frames,
+        proc,
+        "the kfunc's stack vs /proc/self/task/{tid}/stack"
+    );
+    let mut at = 0;
+    for want in ["eventfd_read", "vfs_read", "ksys_read", "do_syscall_64"] {
+        let pos = frames[at..]
+            .iter()
+            .position(|f| f.starts_with(&format!("{want}+")))
+            .with_context(|| format!("{want} in the stack, after frame {at}: {frames:?}"))?;
+        at += pos + 1;
+    }
+    // Errors, each zeroing the buffer: (what, flags, size, expected return).
+    let rows: &[(&str, u64, u32, i64)] = &[
+        ("another task's user stack", F_USER_STACK, BUF, -95),
+        (
+            "another task's user build ids",
+            F_USER_STACK | F_USER_BUILD_ID,
+            512,
+            -95,
+        ),
+        ("unknown flag bit 12", 1 << 12, BUF, -22),
+        ("size not a multiple of 8", 0, 12, -22),
+        ("skip beyond the stack", 255, BUF, -14),
+        ("zero size", 0, 0, 0),
+    ];
+    for &(what, flags, size, want) in rows {
+        for s in run(skel, whose, flags, size)? {
+            check_eq!(s.h_ret, want, "{what}: the helper's return ({:?})", s.kind);
+            check_eq!(s.kf_ret, want, "{what}: the kfunc's return ({:?})", s.kind);
+            check!(
+                s.kf[..size as usize].iter().all(|&b| b == 0),
+                "{what}: buffer zeroed ({:?})",
+                s.kind
+            );
+            check!(
+                s.kf[size as usize..].iter().all(|&b| b == 0xaa),
+                "{what}: nothing written past size ({:?})",
+                s.kind
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every kind, the current task: the user stack is the helper's byte for byte (ips and
+/// build ids); the kernel stack starts inside the kfunc and inside the helper, which
+/// differ, and is the helper's from the calling program down.
+fn current_task(skel: &mut TaskStackSkel<'_>, k: &KernelSymbolizer) -> Result<()> {
+    for (flags, size) in [
+        (F_USER_STACK, BUF),
+        (F_USER_STACK | 1, BUF),
+        (F_USER_STACK | F_USER_BUILD_ID, 16 * 32),
+    ] {
+        for s in run(skel, Whose::Current, flags, size)? {
+            let what = format!("{:?}, the current task, flags {flags:#x}", s.kind);
+            check_eq!(s.kf_ret, s.h_ret, "{what}: return value (kfunc vs helper)");
+            check!(s.kf_ret > 0, "{what}: a stack ({} bytes)", s.kf_ret);
+            check_same(
+                &what,
+                &s.kf[..size as usize],
+                &s.h[..size as usize],
+                flags & F_USER_BUILD_ID != 0,
+                k,
+            )?;
+        }
+    }
+    for s in run(skel, Whose::Current, 0, BUF)? {
+        let what = format!("{:?}, the current task's kernel stack", s.kind);
+        check!(
+            s.kf_ret > 0 && s.h_ret > 0,
+            "{what}: kfunc {} and helper {} bytes",
+            s.kf_ret,
+            s.h_ret
+        );
+        let (kf, h) = (
+            words(&s.kf[..s.kf_ret as usize]),
+            words(&s.h[..s.h_ret as usize]),
+        );
+        let prog = |ips: &[u64]| {
+            ips.iter()
+                .position(|&ip| k.name(ip).is_some_and(|n| n.starts_with("bpf_prog_")))
+        };
+        let (i, j) = (
+            prog(&kf).with_context(|| {
+                format!(
+                    "{what}: the program in the kfunc's stack {:?}",
+                    describe(k, &kf)
+                )
+            })?,
+            prog(&h).with_context(|| {
+                format!(
+                    "{what}: the program in the helper's stack {:?}",
+                    describe(k, &h)
+                )
+            })?,
+        );
+        check_eq!(k.name(kf[i]), k.name(h[j]), "{what}: the program");
+        check_same(
+            &format!("{what}, below the program"),
+            &super::bytes(&kf[i + 1..]),
+            &super::bytes(&h[j + 1..]),
+            false,
+            k,
+        )?;
+    }
+    Ok(())
+}
+
+/// An exited task whose stack is gone (a zombie child, not reaped), from the task
+/// iterator (no other program can acquire an exited task): `-EFAULT` from both, the
+/// buffer zeroed.
+fn exited_task(skel: &mut TaskStackSkel<'_>) -> Result<()> {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .context("starting true(1)")?;
+    let pid = child.id();
+    // A zombie (state Z) whose stack is gone, which it gives up in its last switch after
+    // it became one: /proc/PID/stack is then empty.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if zombie && std::fs::read_to_string(format!("/proc/{pid}/stack"))?.is_empty() {
+            break;
+        }
+        check!(
+            std::time::Instant::now() < deadline,
+            "true(1), pid {pid}, did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let samples = run_kinds(skel, Whose::Other(pid), &[Kind::Iter], 0, BUF);
+    child.wait().context("reaping true(1)")?;
+    for s in samples? {
+        check_eq!(
+            s.h_ret,
+            -14,
+            "an exited task: the helper's return ({:?})",
+            s.kind
+        );
+        check_eq!(
+            s.kf_ret,
+            -14,
+            "an exited task: the kfunc's return ({:?})",
+            s.kind
+        );
+        check!(
+            s.kf[..BUF as usize].iter().all(|&b| b == 0),
+            "an exited task: buffer zeroed ({:?})",
+            s.kind
+        );
+    }
+    Ok(())
+}
+
+/// The test: a thread of this process asleep in eventfd_read() is the other task.
+pub(super) fn differential() -> Result<()> {
+    modules::require("rkf_stack")?;
+    let event = Arc::new(EventFd::new().context("eventfd")?);
+    /// Releases the sleeper when the test ends, also on failure.
+    struct Release(Arc<EventFd>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let _ = self.0.write(1);
+        }
+    }
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let ev = event.clone();
+    let sleeper = std::thread::spawn(move || {
+        let _ = tid_tx.send(nix::unistd::gettid().as_raw());
+        ev.read()
+    });
+    let release = Release(event.clone());
+    let tid = tid_rx.recv().context("the sleeper's task id")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !crate::lifecycle::blocked_in(tid, "eventfd_read")? {
+        check!(
+            std::time::Instant::now() < deadline,
+            "the sleeper never blocked in eventfd_read()"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let result = (|| {
+        let mut obj = MaybeUninit::uninit();
+        let mut skel = skeleton::load_and_attach::<TaskStackSkelBuilder>(
+            &mut obj,
+            "task_stack.bpf.c",
+            skeleton::as_built,
+        )?;
+        let k = KernelSymbolizer::new();
+        other_task(&mut skel, tid as u32, &k)?;
+        current_task(&mut skel, &k)?;
+        exited_task(&mut skel)
+    })();
+    drop(release);
+    sleeper
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sleeper panicked"))?
+        .context("the sleeper's read")?;
+    result
+}
