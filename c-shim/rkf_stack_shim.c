@@ -21,6 +21,7 @@
 #include <linux/sched.h>
 #include <linux/sched/task_stack.h>
 #include <linux/stacktrace.h>
+#include <linux/uaccess.h>
 
 #include "rkf.h"
 
@@ -124,7 +125,8 @@ static __always_inline long rkf_stack_get(struct pt_regs *regs, void *buf, u32 s
  * stack_trace_save_tsk() pins the task's stack while it walks it and leaves the scheduler
  * functions out, as for the helper; the entries past the skip go straight into @buf
  * (unsigned long is u64 here).  When none is left past the skip, a second walk tells
- * whether the stack had exactly @walk->skip frames (0 entries) or fewer (-EFAULT).
+ * whether the stack had exactly @walk->skip frames (0 entries) or fewer (-EFAULT); the
+ * helper tells from one walk, so a task that runs between the two can make this differ.
  *
  * Return: the number of entries stored, or -EFAULT.
  */
@@ -138,9 +140,34 @@ static __always_inline long rkf_stack_capture_task(struct task_struct *task, voi
 	if (walk->max_depth < walk->skip)
 		return -EFAULT;
 	nr = stack_trace_save_tsk(task, buf, walk->max_depth - walk->skip, walk->skip);
-	if (nr || !walk->skip)
+	if (nr)
 		return nr;
+	/* No walk: the stack went (the task exited) since the caller looked. */
+	if (!refcount_read(&task->stack_refcount))
+		return -EFAULT;
+	if (!walk->skip)
+		return 0;
 	return stack_trace_save_tsk(task, &probe, 1, walk->skip - 1) ? 0 : -EFAULT;
+}
+
+/**
+ * rkf_task_user_regs() - whether another task's saved regs are user mode
+ * @task: the task, whose stack the caller found present
+ *
+ * As user_mode(task_pt_regs(task)) in __bpf_get_stack(), without pinning the stack
+ * (put_task_stack() is not exported): the regs are read fault-safely, and only count if
+ * the stack was still there after the read (its refcount never rises again from 0).
+ *
+ * Return: true if they are user-mode regs.
+ */
+static bool rkf_task_user_regs(struct task_struct *task)
+{
+	struct pt_regs regs;
+
+	if (!READ_ONCE(task->stack) ||
+	    copy_from_kernel_nofault(&regs, task_pt_regs(task), sizeof(regs)))
+		return false;
+	return refcount_read(&task->stack_refcount) && user_mode(&regs);
 }
 
 __bpf_kfunc_start_defs();
@@ -227,9 +254,9 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
  * The kernel stack of another task is the one it was switched out with; the current
  * task's starts in this kfunc, above the calling program (the helper's, in the helper).
  * A user stack is the current task's only: another task's gives -EOPNOTSUPP, a task
- * without user regs -EFAULT, as with the helper.  Another task's user regs are not read,
- * since its stack is not pinned here: it has them unless it is a kernel thread or a user
- * worker, whose regs copy_thread() makes kernel ones.
+ * without user regs -EFAULT, as with the helper.  The stack is not pinned here
+ * (put_task_stack() is not exported): stack_trace_save_tsk() pins it for the walk, and
+ * another task's regs are read fault-safely (rkf_task_user_regs()).
  *
  * Return: as bpf_rkf_get_stack(), and -EFAULT for a task whose stack is gone (it has
  * exited), -EOPNOTSUPP as above.
@@ -250,8 +277,7 @@ __bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32
 	ret = rkf_stack_prepare(buf, buf__sz, flags, &walk);
 	if (ret)
 		return ret;
-	user_regs = is_current ? user_mode(task_pt_regs(task)) :
-		    !(task->flags & (PF_KTHREAD | PF_USER_WORKER));
+	user_regs = is_current ? user_mode(task_pt_regs(task)) : rkf_task_user_regs(task);
 	ret = rkf_stack_check_task(&walk, is_current, user_regs);
 	if (!ret && walk.user)
 		ret = rkf_stack_capture(task_pt_regs(task), buf, &walk);

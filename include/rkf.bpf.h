@@ -107,10 +107,11 @@ struct rkf_percpu_probe {
  *	                                                                   sample's callchain
  *
  * For fentry/fexit, tp_btf and raw_tp programs this is where the helper's stack starts
- * too.  For tracepoint programs the helper starts at the tracepoint, a few frames further
- * down (the program, trace_call_bpf(), perf_trace_run_bpf_submit(), perf_trace_<event>()):
- * skip them with the skip count.  The kfuncs need CAP_PERFMON-loaded programs only for
- * uninitialised stack buffers; initialise the buffer otherwise.
+ * too.  For tracepoint programs the helper starts at the tracepoint, 4 frames further
+ * down (the program, trace_call_bpf(), perf_trace_run_bpf_submit(),
+ * perf_trace_<event>()): add 4 to the skip count for the helper's stack.  The kfuncs
+ * need CAP_PERFMON-loaded programs only for uninitialised stack buffers; initialise the
+ * buffer otherwise.
  */
 extern long bpf_rkf_get_stack(void *buf, __u32 buf__sz, __u64 flags) __ksym __weak;
 extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__sz,

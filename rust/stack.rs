@@ -24,7 +24,8 @@ pub(crate) static TRACING_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
     KfuncSet::new(unsafe { &rkf_h::rkf_stack_tracing_kfunc_set });
 
-/// The kfunc set for kprobe programs: `bpf_rkf_get_stack_kprobe()`.
+/// The kfunc set for kprobe programs: `bpf_rkf_get_stack_kprobe()`,
+/// `bpf_rkf_get_task_stack()`.
 pub(crate) static KPROBE_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` as a const object.
     KfuncSet::new(unsafe { &rkf_h::rkf_stack_kprobe_kfunc_set });

@@ -7,7 +7,7 @@
 set -u
 : "${RKF_OUT:?}" "${RKF_MODDIR:?}" "${RKF_ROOT:?}"
 source "$RKF_ROOT/tests/guest-lib.sh"
-modules=(rkf_stack rkf_multi rkf_testmod)
+modules=(rkf_percpu rkf_stack rkf_multi rkf_testmod)
 
 load_modules "$RKF_MODDIR" "${modules[@]}"
 

@@ -26,11 +26,17 @@ load_modules() {
 	done
 }
 
-# unload_modules MODULE...: rmmod each; returns 1 if one is stuck.
+# unload_modules MODULE...: rmmod each; returns 1 if one is stuck.  A module still in use
+# is tried again for 10 s: the last test's programs free their module references from
+# RCU callbacks and work items, after their fds are closed.
 unload_modules() {
-	local m rc=0
+	local m i rc=0
 	for m in "$@"; do
-		if ! rmmod "$m"; then
+		for ((i = 0; i < 100; i++)); do
+			rmmod "$m" 2>/dev/null && break
+			sleep 0.1
+		done
+		if ((i == 100)) && ! rmmod "$m"; then
 			echo "# rmmod $m failed: the module is stuck"
 			rc=1
 		fi

@@ -3,8 +3,8 @@
  * tools/testing/selftests/bpf/progs/test_ksyms_btf.c of Linux 7.3 (Copyright (c) 2020
  * Google), ported to rkf: the helpers' names changed (bpf_per_cpu_ptr -> rkf_per_cpu_ptr,
  * bpf_this_cpu_ptr -> rkf_this_cpu_ptr) and rkf.bpf.h included.  Nothing else differs
- * (upstream_ports in tests/src/percpu.rs checks its results as upstream's
- * prog_tests/ksyms_btf.c does).
+ * (upstream_ksyms_btf() in tests/src/percpu.rs checks its results as upstream's
+ * prog_tests/ksyms_btf.c does, run on each cpu).
  */
 
 #include "vmlinux.h"

@@ -1264,7 +1264,8 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
 }
 
 /// 100,000 random and mutated requests on both vCPUs (40,000 on a kernel with kmemleak,
-/// where they took 1,156 s of the test kernel's run under TCG; see [`kmemleak_kernel`]): bad fds, wrong program types
+/// where 100,000 took 1,156 s of the test kernel's run under TCG; see
+/// [`kmemleak_kernel`]): bad fds, wrong program types
 /// (sleepable programs among them, on functions that may not sleep), huge
 /// and short counts, bad pointers, random ids and addresses, random commands, closes of
 /// files another thread attaches through.  Passes only if the kernel stays quiet (the

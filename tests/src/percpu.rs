@@ -229,9 +229,16 @@ fn prog_active() -> Result<()> {
 /// Upstream's own program, tools/testing/selftests/bpf/progs/test_ksyms_btf.c, with only
 /// the helpers' names changed to rkf.bpf.h's (tests/progs/upstream_ksyms_btf.bpf.c): it
 /// loads, and its results pass the checks of upstream's test_basic()
-/// (prog_tests/ksyms_btf.c), with the addresses compared to /proc/kallsyms.
+/// (prog_tests/ksyms_btf.c), made exact.  Upstream triggers it on sys_enter, where every
+/// process's syscalls on both cpus race to write the results; here it runs once on each
+/// cpu through BPF_PROG_TEST_RUN, so that each run's results are its own: the addresses
+/// are /proc/kallsyms', rq_cpu and this_rq_cpu are that cpu, cpu_rq(0)->cpu is 0, and
+/// bpf_prog_active reads the same through both.
 fn upstream_ksyms_btf() -> Result<()> {
     use crate::skel::upstream_ksyms_btf::UpstreamKsymsBtfSkelBuilder;
+
+    /// `BPF_F_TEST_RUN_ON_CPU`.
+    const TEST_RUN_ON_CPU: u32 = 1;
 
     modules::require("rkf_percpu")?;
     let k = Kallsyms::load()?;
@@ -240,36 +247,40 @@ fn upstream_ksyms_btf() -> Result<()> {
         k.lookup("bpf_prog_active", None)?,
     );
     let mut obj = MaybeUninit::uninit();
-    let mut skel = skeleton::load_and_attach::<UpstreamKsymsBtfSkelBuilder>(
+    let mut skel = skeleton::load::<UpstreamKsymsBtfSkelBuilder>(
         &mut obj,
         "upstream_ksyms_btf.bpf.c",
         skeleton::as_built,
     )?;
-    // Trigger the tracepoint (sys_enter), as upstream does, then detach, so that what is
-    // read comes from finished runs.
-    std::thread::sleep(Duration::from_micros(1));
-    drop(skel.links.handler.take());
-    let d = skel.maps.data_data.as_deref().context("no .data")?;
-    check_eq!(d.out__runqueues_addr, rq, "runqueues_addr");
-    check_eq!(d.out__bpf_prog_active_addr, active, "bpf_prog_active_addr");
-    let nr_cpus = cpus::nr_cpu_ids()?;
-    check!(
-        d.out__rq_cpu < nr_cpus,
-        "rq_cpu: got {}, expected a cpu (not -1)",
-        d.out__rq_cpu
-    );
-    check!(
-        d.out__bpf_prog_active >= 0,
-        "bpf_prog_active: got {}, expected >= 0",
-        d.out__bpf_prog_active
-    );
-    check_eq!(d.out__cpu_0_rq_cpu, 0, "cpu_rq(0)->cpu");
-    check_eq!(d.out__this_rq_cpu, d.out__rq_cpu, "this_rq_cpu");
-    check_eq!(
-        d.out__this_bpf_prog_active,
-        d.out__bpf_prog_active,
-        "this_bpf_prog_active"
-    );
+    for cpu in cpus::online()? {
+        skel.progs.handler.test_run(ProgramInput {
+            cpu,
+            flags: TEST_RUN_ON_CPU,
+            ..Default::default()
+        })?;
+        let d = skel.maps.data_data.as_deref_mut().context("no .data")?;
+        check_eq!(d.out__runqueues_addr, rq, "runqueues_addr");
+        check_eq!(d.out__bpf_prog_active_addr, active, "bpf_prog_active_addr");
+        check_eq!(d.out__rq_cpu, cpu, "rq_cpu on cpu {cpu}");
+        check!(
+            d.out__bpf_prog_active >= 0,
+            "bpf_prog_active on cpu {cpu}: got {}, expected >= 0",
+            d.out__bpf_prog_active
+        );
+        check_eq!(d.out__cpu_0_rq_cpu, 0, "cpu_rq(0)->cpu");
+        check_eq!(d.out__this_rq_cpu, cpu, "this_rq_cpu on cpu {cpu}");
+        check_eq!(
+            d.out__this_bpf_prog_active,
+            d.out__bpf_prog_active,
+            "this_bpf_prog_active on cpu {cpu}"
+        );
+        // Upstream's initial values, so that the next run must write every one again.
+        d.out__rq_cpu = u32::MAX;
+        d.out__this_rq_cpu = u32::MAX;
+        d.out__cpu_0_rq_cpu = u32::MAX;
+        d.out__bpf_prog_active = -1;
+        d.out__this_bpf_prog_active = -1;
+    }
     Ok(())
 }
 

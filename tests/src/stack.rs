@@ -210,7 +210,8 @@ fn check_same(what: &str, kf: &[u8], h: &[u8], build_id: bool, k: &KernelSymboli
     };
     let at = |b: &[u8]| show(&b[i * entry..b.len().min((i + 1) * entry)]);
     anyhow::bail!(
-        "{what}: kfunc and helper differ first at entry {i} of {} ({entry} bytes each): kfunc {}, helper {}",
+        "{what}: kfunc and helper differ first at entry {i} of {} ({entry} bytes each): \
+         kfunc {}, helper {}",
         kf.len().div_ceil(entry),
         at(kf),
         at(h)
@@ -863,12 +864,14 @@ fn upstream_get_stack_rawtp_on_cpu0() -> Result<()> {
                     && ips[p..]
                         .iter()
                         .all(|&ip| ip >= KERNEL_START && k.frame(ip).is_some())),
-                "event {i}: a user stack, then a kernel stack of kernel text from the program: {ips:x?}"
+                "event {i}: a user stack, then a kernel stack of kernel text from the \
+                 program: {ips:x?}"
             );
         }
     }
     diag!(
-        "{} events: {whole} with a struct stack_trace_t, {both} with both stacks in one buffer, {} lost",
+        "{} events: {whole} with a struct stack_trace_t, {both} with both stacks in one \
+         buffer, {} lost",
         events.len(),
         lost.into_inner()
     );

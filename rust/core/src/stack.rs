@@ -87,7 +87,7 @@ pub fn plan(flags: u64, size: u32, sysctl_max_stack: u32) -> Result<Request, i32
 
 /// `__bpf_get_task_stack()`'s checks of a task after [`plan`]'s, for a request of the user
 /// stack (`user`, [`Request::user`]) or the kernel stack: a user stack needs the task's
-/// user regs (`EFAULT` without them: a kernel thread or a user worker), and can be walked
+/// user regs (`EFAULT` without them, as for a kernel thread), and can be walked
 /// for the current task only (`EOPNOTSUPP`: the callchain code does not walk another
 /// task's user stack).  A kernel stack can be taken of any task.
 pub fn check_task(user: bool, current: bool, user_regs: bool) -> Result<(), i32> {

@@ -206,6 +206,32 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
     Ok(())
 }
 
+/// kthreadd (pid 2), a kernel thread: its user stack is `-EFAULT` from both (no user
+/// regs), the buffer zeroed.  (Not its kernel stack: kthreadd runs whenever a kernel
+/// thread is made, and could between the two walks.)
+fn kernel_thread(skel: &mut TaskStackSkel<'_>) -> Result<()> {
+    for s in run(skel, Whose::Other(2), F_USER_STACK, BUF)? {
+        check_eq!(
+            s.h_ret,
+            -14,
+            "kthreadd's user stack: the helper's return ({:?})",
+            s.kind
+        );
+        check_eq!(
+            s.kf_ret,
+            -14,
+            "kthreadd's user stack: the kfunc's return ({:?})",
+            s.kind
+        );
+        check!(
+            s.kf.iter().all(|&b| b == 0),
+            "kthreadd's user stack: buffer zeroed ({:?})",
+            s.kind
+        );
+    }
+    Ok(())
+}
+
 /// Every kind, the current task: the user stack is the helper's byte for byte (ips and
 /// build ids); the kernel stack starts inside the kfunc and inside the helper, which
 /// differ, and is the helper's from the calling program down.
@@ -355,6 +381,7 @@ pub(super) fn differential() -> Result<()> {
         )?;
         let k = KernelSymbolizer::new();
         other_task(&mut skel, tid as u32, &k)?;
+        kernel_thread(&mut skel)?;
         current_task(&mut skel, &k)?;
         exited_task(&mut skel)
     })();
