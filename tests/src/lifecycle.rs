@@ -398,15 +398,24 @@ pub(crate) fn blocked_in(tid: i32, func: &str) -> Result<bool> {
         .is_some_and(|(_, rest)| rest.starts_with('S'));
     // Not the wait channel: that is the first frame outside the scheduler, which can be a
     // helper the function sleeps in (GCC's build sleeps in do_wait_intr_irq() for
-    // eventfd_read()).  Lines of the kernel stack read "[<0>] name+0x1c/0x40".
-    let stack = std::fs::read_to_string(format!("{task}/stack"))
-        .with_context(|| format!("the kernel stack of task {tid}"))?;
-    let in_func = stack.lines().any(|l| {
-        l.split_once("] ")
-            .and_then(|(_, sym)| sym.split_once('+'))
-            .is_some_and(|(name, _)| name == func)
-    });
+    // eventfd_read()).
+    let in_func = kernel_stack(tid)?
+        .iter()
+        .any(|f| f.split_once('+').is_some_and(|(name, _)| name == func));
     Ok(sleeping && in_func)
+}
+
+/// The kernel stack of task `tid` of this process (/proc/self/task/TID/stack), one
+/// `function+0xoffset` a frame.
+pub(crate) fn kernel_stack(tid: i32) -> Result<Vec<String>> {
+    let stack = std::fs::read_to_string(format!("/proc/self/task/{tid}/stack"))
+        .with_context(|| format!("the kernel stack of task {tid}"))?;
+    // Lines read "[<0>] name+0x1c/0x40", with " [module]" behind for a module's.
+    Ok(stack
+        .lines()
+        .filter_map(|l| l.split_once("] "))
+        .map(|(_, s)| s.split(['/', ' ']).next().unwrap_or(s).to_owned())
+        .collect())
 }
 
 /// The state of module `name` (/sys/module/NAME/initstate: live, coming, going), or

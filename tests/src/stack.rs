@@ -98,10 +98,11 @@ extern "C" {
     fn rkf_stack_target(depth: i32) -> i32;
 }
 
-/// One kind's result: both return values and both buffers, as bytes.
+/// One program's result: both return values and both buffers, as bytes.  `K` names the
+/// program: this file's [`Kind`], or the task-stack tests' own.
 #[derive(Clone, Debug)]
-struct Sample {
-    kind: Kind,
+struct Sample<K = Kind> {
+    kind: K,
     kf_ret: i64,
     h_ret: i64,
     kf: Vec<u8>,
@@ -216,6 +217,20 @@ fn check_same(what: &str, kf: &[u8], h: &[u8], build_id: bool, k: &KernelSymboli
         at(kf),
         at(h)
     )
+}
+
+/// Fails unless the first `zeroed` bytes of the kfunc's buffer `kf` are zero and those
+/// past `size` still hold the 0xaa pattern the runs fill it with.
+fn check_untouched_past(what: &str, kf: &[u8], zeroed: usize, size: usize) -> Result<()> {
+    check!(
+        kf[..zeroed].iter().all(|&b| b == 0),
+        "{what}: buffer zeroed"
+    );
+    check!(
+        kf[size..].iter().all(|&b| b == 0xaa),
+        "{what}: nothing written past size"
+    );
+    Ok(())
 }
 
 /// Checks that one sample is the helper's: the same return value and the same `size`
@@ -466,19 +481,14 @@ fn errno_table() -> Result<()> {
             diag!("{what}: {:?} kfunc {} helper {}", s.kind, s.kf_ret, s.h_ret);
             check_eq!(s.h_ret, want, "{what}: return ({:?})", s.kind);
             compare(&s, flags, size as usize, &k)?;
-            if want < 0 {
-                check!(
-                    s.kf[..size as usize].iter().all(|&b| b == 0),
-                    "{what}: buffer zeroed on error ({:?})",
-                    s.kind
-                );
-            }
-            // Nothing past `size` is touched.
-            check!(
-                s.kf[size as usize..].iter().all(|&b| b == 0xaa),
-                "{what}: nothing written past size ({:?})",
-                s.kind
-            );
+            // An error zeroes the buffer; nothing past `size` is touched either way.
+            let zeroed = if want < 0 { size as usize } else { 0 };
+            check_untouched_past(
+                &format!("{what} ({:?})", s.kind),
+                &s.kf,
+                zeroed,
+                size as usize,
+            )?;
         }
     }
     Ok(())

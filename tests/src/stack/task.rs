@@ -8,7 +8,9 @@ use std::{mem::MaybeUninit, sync::Arc, time::Duration};
 use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 
-use super::{check_same, sym, words, BUF, DEPTH, F_USER_BUILD_ID, F_USER_STACK};
+use super::{
+    check_same, check_untouched_past, sym, words, BUF, DEPTH, F_USER_BUILD_ID, F_USER_STACK,
+};
 use crate::{
     check, check_eq, diag,
     skel::task_stack::{types, TaskStackSkel, TaskStackSkelBuilder},
@@ -45,14 +47,8 @@ impl Whose {
     }
 }
 
-/// One kind's result: both return values and both buffers, as bytes.
-struct Sample {
-    kind: Kind,
-    kf_ret: i64,
-    h_ret: i64,
-    kf: Vec<u8>,
-    h: Vec<u8>,
-}
+/// One program's result.
+type Sample = super::Sample<Kind>;
 
 /// Arms the programs that can take `whose`'s stack with `flags` and `size`, triggers
 /// them from this thread (a 1 ms nanosleep() for fentry and sched_switch, a read of the
@@ -119,21 +115,18 @@ fn run_kinds(
         .collect()
 }
 
+/// Fails unless both the kfunc and the helper returned `want`, an error or 0, with the
+/// kfunc's `size` bytes zeroed and nothing past them written.
+fn check_error(what: &str, s: &Sample, size: u32, want: i64) -> Result<()> {
+    check_eq!(s.h_ret, want, "{what}: the helper's return ({:?})", s.kind);
+    check_eq!(s.kf_ret, want, "{what}: the kfunc's return ({:?})", s.kind);
+    let size = size as usize;
+    check_untouched_past(&format!("{what} ({:?})", s.kind), &s.kf, size, size)
+}
+
 /// The frames of `ips` as `function+0xoffset`, as /proc/PID/stack prints them.
 fn describe(k: &KernelSymbolizer, ips: &[u64]) -> Vec<String> {
     ips.iter().map(|&ip| sym(k, ip)).collect()
-}
-
-/// /proc/self/task/TID/stack as `function+0xoffset` lines: the kernel's own walk of the
-/// same stack (stack_trace_save_tsk(), as both the kfunc and the helper).
-fn proc_stack(tid: u32) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stack"))?;
-    // "[<0>] eventfd_read+0x1c/0x40"
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once("] "))
-        .map(|(_, s)| s.split(['/', ' ']).next().unwrap_or(s).to_owned())
-        .collect())
 }
 
 /// Every kind, another task: the kfunc's buffer and return value are the helper's, byte
@@ -159,7 +152,8 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
     let s = &run(skel, whose, 0, BUF)?[0];
     let frames = describe(k, &words(&s.kf[..s.kf_ret as usize]));
     diag!("another task's stack: {}", frames.join(" < "));
-    let proc = proc_stack(tid)?;
+    // The kernel's own walk of the same stack (stack_trace_save_tsk(), as both).
+    let proc = crate::lifecycle::kernel_stack(tid as i32)?;
     check_eq!(
         frames,
         proc,
@@ -189,18 +183,7 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
     ];
     for &(what, flags, size, want) in rows {
         for s in run(skel, whose, flags, size)? {
-            check_eq!(s.h_ret, want, "{what}: the helper's return ({:?})", s.kind);
-            check_eq!(s.kf_ret, want, "{what}: the kfunc's return ({:?})", s.kind);
-            check!(
-                s.kf[..size as usize].iter().all(|&b| b == 0),
-                "{what}: buffer zeroed ({:?})",
-                s.kind
-            );
-            check!(
-                s.kf[size as usize..].iter().all(|&b| b == 0xaa),
-                "{what}: nothing written past size ({:?})",
-                s.kind
-            );
+            check_error(what, &s, size, want)?;
         }
     }
     Ok(())
@@ -211,23 +194,7 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
 /// thread is made, and could between the two walks.)
 fn kernel_thread(skel: &mut TaskStackSkel<'_>) -> Result<()> {
     for s in run(skel, Whose::Other(2), F_USER_STACK, BUF)? {
-        check_eq!(
-            s.h_ret,
-            -14,
-            "kthreadd's user stack: the helper's return ({:?})",
-            s.kind
-        );
-        check_eq!(
-            s.kf_ret,
-            -14,
-            "kthreadd's user stack: the kfunc's return ({:?})",
-            s.kind
-        );
-        check!(
-            s.kf.iter().all(|&b| b == 0),
-            "kthreadd's user stack: buffer zeroed ({:?})",
-            s.kind
-        );
+        check_error("kthreadd's user stack", &s, BUF, -14)?;
     }
     Ok(())
 }
@@ -324,23 +291,7 @@ fn exited_task(skel: &mut TaskStackSkel<'_>) -> Result<()> {
     let samples = run_kinds(skel, Whose::Other(pid), &[Kind::Iter], 0, BUF);
     child.wait().context("reaping true(1)")?;
     for s in samples? {
-        check_eq!(
-            s.h_ret,
-            -14,
-            "an exited task: the helper's return ({:?})",
-            s.kind
-        );
-        check_eq!(
-            s.kf_ret,
-            -14,
-            "an exited task: the kfunc's return ({:?})",
-            s.kind
-        );
-        check!(
-            s.kf[..BUF as usize].iter().all(|&b| b == 0),
-            "an exited task: buffer zeroed ({:?})",
-            s.kind
-        );
+        check_error("an exited task", &s, BUF, -14)?;
     }
     Ok(())
 }
