@@ -75,7 +75,6 @@ extern const struct btf_kfunc_id_set rkf_percpu_kfunc_set;
 
 /* Implemented in Rust (rust/percpu.rs). */
 void *rkf_percpu_resolve(const void *ptr, u32 cpu);
-void *rkf_percpu_resolve_this(const void *ptr);
 
 /* ---- rkf_stack ------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rkf_percpu: kfunc entry points and BTF set.  The logic is in rust/percpu.rs.
+ * rkf_percpu: kfunc entry points and BTF set.  The logic is in rust/percpu.rs, but for
+ * this_cpu_ptr(), a macro (one per-cpu load and an add, inline here as in the helper).
  *
  * A typed per-cpu __ksym (&runqueues) is a PTR_TO_BTF_ID | MEM_PERCPU register, which
  * every checked kfunc argument class rejects (kernel/bpf/verifier.c, get_kfunc_arg_type
@@ -46,7 +47,9 @@ __bpf_kfunc void *bpf_rkf_per_cpu_ptr(const void *ptr__ign, u32 cpu)
  */
 __bpf_kfunc void *bpf_rkf_this_cpu_ptr(const void *ptr__ign)
 {
-	return rkf_percpu_resolve_this(ptr__ign);
+	if (!ptr__ign)
+		return NULL;
+	return this_cpu_ptr((void __percpu *)(uintptr_t)ptr__ign);
 }
 
 __bpf_kfunc_end_defs();

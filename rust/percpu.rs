@@ -2,7 +2,7 @@
 
 //! Per-cpu pointer resolution behind `bpf_rkf_per_cpu_ptr()` and `bpf_rkf_this_cpu_ptr()`.
 
-use kernel::{bindings, cpu::CpuId, cpumask::Cpumask, ffi::c_void};
+use kernel::{bindings, ffi::c_void};
 
 use crate::{
     abi::{self, PercpuProbe},
@@ -30,13 +30,24 @@ impl CpuLayout for KernelCpus {
     }
 
     fn is_possible(&self, cpu: u32) -> bool {
-        let Some(cpu) = CpuId::from_u32(cpu) else {
+        // The bit of `cpu_possible(cpu)`, read here: `Cpumask::test()` calls the
+        // out-of-line C helper `cpumask_test_cpu()`, which doubled the kfunc's cost.
+        const BITS: usize = usize::BITS as usize;
+        const WORDS: usize = size_of::<bindings::cpumask>() / size_of::<usize>();
+        let word = cpu as usize / BITS;
+        if word >= WORDS {
             return false;
-        };
+        }
         // SAFETY: `__cpu_possible_mask` is a static cpumask that lives as long as the
-        // kernel; it is only written during early boot and cpu hot-add.
-        let possible = unsafe { Cpumask::from_raw(&raw const bindings::__cpu_possible_mask) };
-        possible.test(cpu)
+        // kernel, written only during early boot and cpu hot-add, a word at a time; `word`
+        // is one of its words (checked above), read through a raw pointer.
+        let bits = unsafe {
+            (&raw const bindings::__cpu_possible_mask)
+                .cast::<usize>()
+                .add(word)
+                .read()
+        };
+        bits & (1 << (cpu as usize % BITS)) != 0
     }
 
     fn offset(&self, cpu: u32) -> usize {
@@ -57,15 +68,6 @@ pub(crate) extern "C" fn rkf_percpu_resolve(ptr: *const c_void, cpu: u32) -> *mu
         Some(addr) => addr as *mut c_void,
         None => core::ptr::null_mut(),
     }
-}
-
-/// Returns the current cpu's copy of the per-cpu variable at `ptr`, or NULL for NULL.
-///
-/// Called by the `bpf_rkf_this_cpu_ptr()` kfunc.  BPF programs run with migration
-/// disabled, so the cpu read here is the one the program keeps running on.
-#[no_mangle]
-pub(crate) extern "C" fn rkf_percpu_resolve_this(ptr: *const c_void) -> *mut c_void {
-    rkf_percpu_resolve(ptr, CpuId::current().as_u32())
 }
 
 /// Initialises every possible cpu's copy of `rkf_percpu_probe`, the module's own per-cpu
@@ -94,9 +96,5 @@ const _: () = {
     let _ = [
         rkf_h::rkf_percpu_resolve as unsafe extern "C" fn(_, _) -> _,
         rkf_percpu_resolve,
-    ];
-    let _ = [
-        rkf_h::rkf_percpu_resolve_this as unsafe extern "C" fn(_) -> _,
-        rkf_percpu_resolve_this,
     ];
 };

@@ -21,6 +21,3 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn rkf_percpu_resolve(ptr: *const ffi::c_void, cpu: u32_) -> *mut ffi::c_void;
 }
-unsafe extern "C" {
-    pub fn rkf_percpu_resolve_this(ptr: *const ffi::c_void) -> *mut ffi::c_void;
-}
