@@ -51,7 +51,7 @@ impl Whose {
 type Sample = super::Sample<Kind>;
 
 /// Arms the programs that can take `whose`'s stack with `flags` and `size`, triggers
-/// them from this thread (a 1 ms nanosleep() for fentry and sched_switch, a read of the
+/// them from this thread (1 ms nanosleep()s for fentry and sched_switch, a read of the
 /// task iterator), and returns what each saw.
 fn run(skel: &mut TaskStackSkel<'_>, whose: Whose, flags: u64, size: u32) -> Result<Vec<Sample>> {
     run_kinds(skel, whose, whose.kinds(), flags, size)
@@ -86,8 +86,24 @@ fn run_kinds(
             bss.armed[k as usize] = 1;
         }
     }
-    // Long enough to switch out for sure (a microsecond can pass before schedule()).
-    std::thread::sleep(Duration::from_millis(1));
+    // Sleep until the fentry and sched_switch programs have run: a sleep whose timer
+    // expires before schedule() (a vCPU the host held up) does not switch out.  Each
+    // program takes one sample and disarms itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        if kinds
+            .iter()
+            .all(|&k| k == Kind::Iter || bss.armed[k as usize] == 0)
+        {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // The check below names the program that did not run.
+            break;
+        }
+    }
     if kinds.contains(&Kind::Iter) {
         let link = skel
             .links
