@@ -13,6 +13,7 @@ mod harness;
 mod kmod;
 mod lifecycle;
 mod multi;
+mod offcpu;
 mod percpu;
 mod privilege;
 mod profile;
@@ -80,6 +81,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .iter()
         .chain(stack::TESTS)
         .chain(profile::TESTS)
+        .chain(offcpu::TESTS)
         .chain(multi::TESTS)
         .chain(privilege::TESTS)
         .chain(lifecycle::TESTS)

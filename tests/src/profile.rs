@@ -17,7 +17,7 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::{check, diag, harness::Test};
-use rkf::profile::{self, Options};
+use rkf::stacks::profile::{self, Options};
 
 pub const TESTS: &[Test] = &[Test {
     name: "profile_flamegraph_names_kernel_function",
@@ -25,8 +25,10 @@ pub const TESTS: &[Test] = &[Test {
 }];
 
 /// A thread of this process reads /dev/zero while the profile runs: its samples must
-/// fold to `...;ksys_read;vfs_read;read_zero...` (drivers/char/mem.c: /dev/zero has a
-/// ->read, which vfs_read() prefers to ->read_iter), and the SVG must name them.
+/// run `ksys_read -> vfs_read -> read_zero` in the kernel (drivers/char/mem.c: /dev/zero
+/// has a ->read, which vfs_read() prefers to ->read_iter), the folded stacks must mark
+/// those frames `_[k]`, and the SVG must name them (the mark chooses a frame's colour and
+/// is not shown).
 fn flamegraph_names_kernel_function() -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
@@ -68,35 +70,37 @@ fn flamegraph_names_kernel_function() -> Result<()> {
         p.samples
     );
     check!(p.dropped == 0, "{} samples dropped", p.dropped);
-    let (top, n) = p
+    let (top, c) = p
+        .stacks
         .stacks
         .iter()
-        .max_by_key(|(_, n)| **n)
+        .max_by_key(|(_, c)| c.count)
         .context("no stacks")?;
-    diag!("hottest stack ({n} samples): {top}");
-    // Outermost first: the syscall path, then the file operation.
+    diag!("hottest stack ({} samples): {top:?}", c.count);
     let in_read = p
         .stacks
+        .stacks
         .keys()
-        .filter(|s| {
-            let (Some(a), Some(b), Some(c)) = (
-                s.find(";ksys_read;"),
-                s.find(";vfs_read;"),
-                s.find(";read_zero"),
-            ) else {
-                return false;
-            };
-            a < b && b < c
-        })
+        .filter(|s| s.runs_kernel_path(&["ksys_read", "vfs_read", "read_zero"]))
         .count();
     check!(
         in_read > 0,
-        "no folded stack runs ksys_read -> vfs_read -> read_zero"
+        "no stack runs ksys_read -> vfs_read -> read_zero in the kernel"
     );
-    let svg = String::from_utf8(p.flamegraph("rkf selftest")?)?;
+    let folded = p.stacks.folded();
+    let svg = String::from_utf8(p.stacks.flamegraph("rkf selftest")?)?;
     check!(svg.starts_with("<?xml"), "the flame graph is not SVG");
-    for f in ["vfs_read", "read_zero"] {
-        check!(svg.contains(f), "the flame graph does not name {f}");
+    for f in ["ksys_read", "vfs_read", "read_zero"] {
+        let marked = format!(";{f}_[k]");
+        check!(folded.contains(&marked), "no folded line has {marked}");
+        check!(
+            !folded.contains(&format!(";{f};")),
+            "a folded line has {f} unmarked"
+        );
+        check!(
+            svg.contains(&format!("<title>{f} (")),
+            "the flame graph does not name {f}"
+        );
     }
     Ok(())
 }

@@ -10,11 +10,14 @@ pub mod modules;
 pub mod multi;
 pub mod percpu;
 pub mod perf;
-pub mod profile;
 pub mod skeleton;
+pub mod stacks;
 
 mod skel {
     #![allow(clippy::all, missing_docs)]
+    pub mod offcputime {
+        include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
+    }
     pub mod funccount {
         include!(concat!(env!("OUT_DIR"), "/funccount.skel.rs"));
     }

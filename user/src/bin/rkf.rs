@@ -5,14 +5,14 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use comfy_table::CellAlignment::{Left, Right};
 
 use rkf::{
     btf::ValueKind,
     limits,
     percpu::{self, Reading, Target, MAX_VALUE},
-    profile,
+    stacks::{offcpu, profile, Stacks},
 };
 
 #[derive(Parser)]
@@ -63,12 +63,35 @@ enum Cmd {
         /// Count the idle tasks too.
         #[arg(long)]
         idle: bool,
-        /// Write the folded stacks (stackcollapse format) to this file.
-        #[arg(long, value_name = "FILE")]
-        folded: Option<PathBuf>,
-        /// Write a flame graph (SVG) to this file.
-        #[arg(long, value_name = "FILE")]
-        svg: Option<PathBuf>,
+        #[command(flatten)]
+        out: Outputs,
+    },
+    /// Time spent off a cpu, by stack, like bcc's offcputime (needs rkf_stack).
+    ///
+    /// From each task's switch-out to its switch-in (sched_switch), weighted in
+    /// microseconds: kernel stacks at switch-in with bpf_rkf_get_task_stack(), user stacks
+    /// at switch-out. Without --folded, --svg or --pprof, the folded stacks go to stdout.
+    Offcputime {
+        /// Seconds to record (fractions allowed, at most a day).
+        #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
+        duration: Duration,
+        /// Only this process (all its threads); the whole system otherwise.
+        #[arg(short, long)]
+        pid: Option<u32>,
+        /// Only intervals of at least this many microseconds.
+        #[arg(short = 'm', long, value_name = "MIN_US", default_value_t = 1)]
+        min_block_time: u64,
+        /// Only intervals of at most this many microseconds.
+        #[arg(short = 'M', long, value_name = "MAX_US", default_value_t = u64::MAX / 1000)]
+        max_block_time: u64,
+        /// Kernel stacks only.
+        #[arg(short = 'K', long, conflicts_with = "user_only")]
+        kernel_only: bool,
+        /// User stacks only.
+        #[arg(short = 'U', long)]
+        user_only: bool,
+        #[command(flatten)]
+        out: Outputs,
     },
     /// Count calls to kernel functions, like bcc's funccount (needs rkf_multi).
     ///
@@ -94,6 +117,46 @@ enum Cmd {
     },
 }
 
+/// Where a stack profile goes.
+#[derive(Args)]
+struct Outputs {
+    /// Write the folded stacks (stackcollapse format, kernel frames marked `_[k]`) to
+    /// this file.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
+    /// Write a flame graph (SVG, kernel frames in orange) to this file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Write a gzipped pprof profile (for `go tool pprof`, Pyroscope, Grafana) to this
+    /// file.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+}
+
+impl Outputs {
+    /// Writes `stacks` where asked, or the folded stacks to stdout when nowhere is.
+    fn write(&self, stacks: &Stacks, tool: &str, title: &str) -> Result<()> {
+        let write = |path: &PathBuf, what: &str, data: &[u8]| -> Result<()> {
+            std::fs::write(path, data).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("rkf {tool}: {what} in {}", path.display());
+            Ok(())
+        };
+        if self.folded.is_none() && self.svg.is_none() && self.pprof.is_none() {
+            print!("{}", stacks.folded());
+        }
+        if let Some(path) = &self.folded {
+            write(path, "folded stacks", stacks.folded().as_bytes())?;
+        }
+        if let Some(path) = &self.svg {
+            write(path, "flame graph", &stacks.flamegraph(title)?)?;
+        }
+        if let Some(path) = &self.pprof {
+            write(path, "pprof profile", &stacks.pprof()?)?;
+        }
+        Ok(())
+    }
+}
+
 fn main() -> Result<()> {
     // Output piped into `head` ends the process quietly, as with other Unix tools, instead
     // of a panic in println!().
@@ -108,8 +171,7 @@ fn main() -> Result<()> {
             kernel_only,
             user_only,
             idle,
-            folded,
-            svg,
+            out,
         } => {
             let opts = profile::Options {
                 frequency,
@@ -119,7 +181,26 @@ fn main() -> Result<()> {
                 user: !kernel_only,
                 include_idle: idle,
             };
-            cmd_profile(&opts, folded, svg)
+            cmd_profile(&opts, &out)
+        }
+        Cmd::Offcputime {
+            duration,
+            pid,
+            min_block_time,
+            max_block_time,
+            kernel_only,
+            user_only,
+            out,
+        } => {
+            let opts = offcpu::Options {
+                duration,
+                pid,
+                min_us: min_block_time,
+                max_us: max_block_time,
+                kernel: !user_only,
+                user: !kernel_only,
+            };
+            cmd_offcputime(&opts, &out)
         }
         Cmd::Funccount {
             globs,
@@ -223,11 +304,7 @@ fn cmd_links(verbose: bool) -> Result<()> {
     Ok(())
 }
 
-fn cmd_profile(
-    opts: &profile::Options,
-    folded: Option<PathBuf>,
-    svg: Option<PathBuf>,
-) -> Result<()> {
+fn cmd_profile(opts: &profile::Options, out: &Outputs) -> Result<()> {
     opts.validate()?;
     let p = profile::record(opts)?;
     let who = opts
@@ -243,24 +320,37 @@ fn cmd_profile(
         p.dropped,
         p.stack_errors
     );
-    if folded.is_none() && svg.is_none() {
-        print!("{}", p.folded());
-    }
-    if let Some(path) = folded {
-        std::fs::write(&path, p.folded()).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("rkf profile: folded stacks in {}", path.display());
-    }
-    if let Some(path) = svg {
-        let title = format!(
-            "rkf profile: {who}, {} Hz, {:.1} s",
-            opts.frequency,
-            opts.duration.as_secs_f64()
-        );
-        std::fs::write(&path, p.flamegraph(&title)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("rkf profile: flame graph in {}", path.display());
-    }
-    Ok(())
+    let title = format!(
+        "rkf profile: {who}, {} Hz, {:.1} s",
+        opts.frequency,
+        opts.duration.as_secs_f64()
+    );
+    out.write(&p.stacks, "profile", &title)
+}
+
+fn cmd_offcputime(opts: &offcpu::Options, out: &Outputs) -> Result<()> {
+    opts.validate()?;
+    let o = offcpu::record(opts)?;
+    let who = opts
+        .pid
+        .map_or_else(|| "all tasks".to_string(), |p| format!("pid {p}"));
+    let total_us: u64 = o.stacks.stacks.values().map(|c| c.value).sum();
+    eprintln!(
+        "rkf offcputime: {} intervals of {who} in {:.1} s, {:.3} s off-CPU in all, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken",
+        o.intervals,
+        opts.duration.as_secs_f64(),
+        total_us as f64 / 1e6,
+        o.stacks.len(),
+        o.dropped,
+        o.untracked,
+        o.stack_errors
+    );
+    let title = format!(
+        "rkf offcputime: {who}, {:.1} s, intervals of {} us or more",
+        opts.duration.as_secs_f64(),
+        opts.min_us
+    );
+    out.write(&o.stacks, "offcputime", &title)
 }
 
 /// One column of the table: a target and what was read of it on each cpu.

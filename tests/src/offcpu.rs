@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `rkf offcputime`: a thread blocked in a known kernel path for a known time appears with
+//! that path and that time.
+
+use std::{
+    fs::File,
+    io::{Read, Write},
+    os::fd::OwnedFd,
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+
+use crate::{check, check_eq, diag, harness::Test};
+use rkf::stacks::offcpu::{self, Options};
+
+pub const TESTS: &[Test] = &[Test {
+    name: "offcputime_pipe_read_path_and_time",
+    run: pipe_read_path_and_time,
+}];
+
+/// The reader thread's name, its comm in the stacks.
+const READER: &str = "rkf-offcpu-rd";
+/// Reads the reader blocks in, each until the writer writes, `GAP` later.
+const READS: u32 = 5;
+const GAP: Duration = Duration::from_millis(100);
+/// Intervals shorter than this are left out (-m).
+const MIN_US: u64 = 20_000;
+
+/// A thread reads a pipe that another thread writes a byte into every `GAP`: each read
+/// blocks in fs/pipe.c's anon_pipe_read().  Its intervals must come with the kernel path
+/// `ksys_read -> vfs_read -> anon_pipe_read`, innermost `anon_pipe_read` (the task's own
+/// saved stack, walked as /proc/PID/stack walks it: no tracing frames above it, and the
+/// scheduler's own functions left out), a user stack whose innermost frame is in libc,
+/// one interval a read, and in all at most the time the reads took and at least 80% of
+/// it.  No interval is
+/// shorter than the minimum asked for.
+fn pipe_read_path_and_time() -> Result<()> {
+    let (rd, wr): (OwnedFd, OwnedFd) = nix::unistd::pipe().context("pipe")?;
+    let (mut rd, mut wr) = (File::from(rd), File::from(wr));
+    let (go_rd, wait_rd) = mpsc::channel::<()>();
+    let (go_wr, wait_wr) = mpsc::channel::<()>();
+    let reader =
+        thread::Builder::new()
+            .name(READER.into())
+            .spawn(move || -> Result<Duration> {
+                wait_rd.recv()?;
+                let mut blocked = Duration::ZERO;
+                let mut b = [0u8];
+                for _ in 0..READS {
+                    let t = Instant::now();
+                    rd.read_exact(&mut b)?;
+                    blocked += t.elapsed();
+                }
+                Ok(blocked)
+            })?;
+    let writer = thread::spawn(move || -> Result<()> {
+        wait_wr.recv()?;
+        for _ in 0..READS {
+            thread::sleep(GAP);
+            wr.write_all(b"x")?;
+        }
+        Ok(())
+    });
+    let opts = Options {
+        duration: GAP * (READS + 10),
+        pid: Some(std::process::id()),
+        min_us: MIN_US,
+        max_us: u64::MAX / 1000,
+        kernel: true,
+        user: true,
+    };
+    let recorded = offcpu::record_then(&opts, || {
+        // Both wait until the program sees them leave a cpu.
+        let _ = go_rd.send(());
+        let _ = go_wr.send(());
+    });
+    // Without a recording, neither thread was let go: dropping the senders ends them.
+    drop((go_rd, go_wr));
+    let blocked = reader.join().expect("the reader panicked");
+    writer.join().expect("the writer panicked")?;
+    let o = recorded?;
+    let blocked = blocked?;
+    diag!(
+        "{} intervals, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken; the reads took {:?}",
+        o.intervals,
+        o.stacks.len(),
+        o.dropped,
+        o.untracked,
+        o.stack_errors,
+        blocked
+    );
+    check!(o.dropped == 0, "{} intervals dropped", o.dropped);
+    check!(o.untracked == 0, "{} switch-outs untracked", o.untracked);
+    for (s, c) in &o.stacks.stacks {
+        check!(
+            c.value >= c.count * MIN_US,
+            "{} intervals of {} us in all, shorter than -m {MIN_US} us: {s:?}",
+            c.count,
+            c.value
+        );
+    }
+
+    let path = ["ksys_read", "vfs_read", "anon_pipe_read"];
+    let (mut off_us, mut intervals) = (0, 0);
+    for (s, c) in o.stacks.stacks.iter().filter(|(s, _)| s.comm == READER) {
+        diag!(
+            "{READER}: {} us in {} intervals: {}",
+            c.value,
+            c.count,
+            s.folded()
+        );
+        if !s.runs_kernel_path(&path) {
+            continue;
+        }
+        off_us += c.value;
+        intervals += c.count;
+        let innermost = s.frames.last().map(|f| (&*f.name, f.kernel));
+        check!(
+            innermost == Some(("anon_pipe_read", true)),
+            "the innermost frame is {innermost:?}, not the kernel's anon_pipe_read"
+        );
+        let user = s.user_frames().last().context("no user frame")?;
+        check!(
+            user.object.ends_with("/libc.so.6"),
+            "the innermost user frame {} is in {}, not in libc",
+            user.name,
+            user.object
+        );
+    }
+    let blocked_us = u64::try_from(blocked.as_micros())?;
+    diag!("{READER} was off-CPU in anon_pipe_read for {off_us} us of the {blocked_us} us its reads took");
+    check!(
+        off_us > 0,
+        "no interval of {READER} runs {}",
+        path.join(" -> ")
+    );
+    check_eq!(
+        intervals,
+        u64::from(READS),
+        "intervals in anon_pipe_read, one a read"
+    );
+    check!(
+        off_us <= blocked_us,
+        "{off_us} us off-CPU in anon_pipe_read, more than the {blocked_us} us the reads took"
+    );
+    check!(
+        off_us * 10 >= blocked_us * 8,
+        "{off_us} us off-CPU in anon_pipe_read, less than 80% of the {blocked_us} us the reads took"
+    );
+    Ok(())
+}

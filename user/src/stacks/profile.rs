@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `rkf profile`: on-CPU stacks sampled with a perf_event program and rkf_stack.
+//!
+//! A cpu-clock event on every online cpu runs user/bpf/profile.bpf.c, which calls
+//! `bpf_rkf_get_stack_pe()` to write the interrupted task's kernel and user stacks straight
+//! into a ring buffer record.  Each sample counts as one period of cpu time.
+
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsRawFd, OwnedFd},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{ensure, Context, Result};
+use libbpf_rs::Link;
+
+use super::{
+    names::{frames, Names},
+    record::collect,
+    Kind, Stacks,
+};
+use crate::{
+    cpus, limits, modules,
+    perf::{open_cpu_clock, Sampling, Target},
+    skel::profile::ProfileSkelBuilder,
+    skeleton,
+};
+
+/// What to sample.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Samples per second on each cpu.
+    pub frequency: u64,
+    /// How long to sample.
+    pub duration: Duration,
+    /// Only this process (all its threads); every task when `None`.
+    pub pid: Option<u32>,
+    /// Take kernel stacks.
+    pub kernel: bool,
+    /// Take user stacks.
+    pub user: bool,
+    /// Count the idle tasks too.
+    pub include_idle: bool,
+}
+
+impl Options {
+    /// Checks the options, saying what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        limits::check_frequency(self.frequency).map_err(anyhow::Error::msg)?;
+        limits::check_duration(self.duration).map_err(anyhow::Error::msg)?;
+        ensure!(
+            self.kernel || self.user,
+            "nothing to sample: neither kernel nor user stacks"
+        );
+        if let Some(pid) = self.pid {
+            ensure!(
+                pid != 0 && Path::new("/proc").join(pid.to_string()).exists(),
+                "no process {pid}"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `struct rkf_profile_sample` of profile.bpf.c, as the skeleton defines it.
+type Sample = crate::skel::profile::types::rkf_profile_sample;
+
+// SAFETY: the skeleton's `rkf_profile_sample` is a `repr(C)` struct of integers and arrays
+// of integers, so every bit pattern of its size is a valid value.
+unsafe impl plain::Plain for Sample {}
+
+/// A recorded profile.
+#[derive(Debug)]
+pub struct Profile {
+    /// The stacks, each sample counted as its period of cpu time.
+    pub stacks: Stacks,
+    /// Samples received.
+    pub samples: u64,
+    /// Samples lost to a full ring buffer.
+    pub dropped: u64,
+    /// Stacks the kfunc could not take (negative return), kernel and user.
+    pub stack_errors: u64,
+    /// Cpus sampled.
+    pub cpus: usize,
+}
+
+/// Samples stacks as `opts` says, for `opts.duration`.
+///
+/// Needs the rkf_stack module, CAP_BPF and CAP_PERFMON.
+pub fn record(opts: &Options) -> Result<Profile> {
+    opts.validate()?;
+    modules::require("rkf_stack")?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = skeleton::load::<ProfileSkelBuilder>(&mut obj, "profile.bpf.c", |open| {
+        let bss = open
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("profile.bpf.c has no .bss")?;
+        bss.target_tgid = opts.pid.unwrap_or(0);
+        bss.want_kernel = opts.kernel.into();
+        bss.want_user = opts.user.into();
+        bss.include_idle = opts.include_idle.into();
+        Ok(())
+    })
+    .context("the profile program (needs CAP_BPF and CAP_PERFMON)")?;
+
+    // Names first: reading the kernel's symbols takes seconds under a slow kernel.
+    let mut names = Names::new().context("reading the kernel's symbols")?;
+    let cpus = cpus::online()?;
+    let mut events: Vec<(OwnedFd, Link)> = Vec::with_capacity(cpus.len());
+    for &cpu in &cpus {
+        let fd = open_cpu_clock(Target::Cpu(cpu), Sampling::Frequency(opts.frequency), 0)?;
+        let link = skel
+            .progs
+            .profile
+            .attach_perf_event(fd.as_raw_fd())
+            .with_context(|| format!("attaching the profile program to cpu {cpu}"))?;
+        events.push((fd, link));
+    }
+
+    let period_ns = 1_000_000_000 / opts.frequency;
+    let mut profile = Profile {
+        stacks: Stacks::new(Kind::OnCpu { period_ns }),
+        samples: 0,
+        dropped: 0,
+        stack_errors: 0,
+        cpus: cpus.len(),
+    };
+    let started = Instant::now();
+    collect(
+        &skel.maps.samples,
+        opts.duration,
+        || drop(events),
+        |s: Sample| {
+            profile.samples += 1;
+            profile.stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
+            let comm = s.comm.map(|c| c as u8);
+            let stack = names.stack(
+                &comm,
+                s.tgid,
+                frames(&s.kernel, s.kernel_ret),
+                frames(&s.user, s.user_ret),
+            );
+            profile.stacks.add(stack, period_ns);
+        },
+    )?;
+    profile.stacks.duration_ns = duration_ns(started.elapsed());
+    profile.dropped = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("profile.bpf.c has no .bss")?
+        .dropped;
+    Ok(profile)
+}
+
+/// `d` in nanoseconds, saturated.
+pub(super) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
