@@ -17,6 +17,7 @@
 #   make bench      the benchmarks in a VM on the distro kernel (-icount), into build/bench.md
 #   make dkms-check  package with the real dkms from a headers package, signed; load what it
 #                   installed in a VM, smoke-test
+#   make pprof-check  make run, then go tool pprof reads the pprof files it wrote
 #   make selftests-package  the kselftests as installable directories and tarballs, one per kernel
 #   make host-fuzz  time-bounded fuzzing of the pure rules (RKF_FUZZ_SECS per target)
 #   make install    modules_install of the three modules (INSTALL_MOD_PATH=, KDIR= as above)
@@ -36,12 +37,12 @@ MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-distro modules modules-test modules-distro user \
 	host-test host-fuzz lint vm-test vm-test-distro vm-test-mitigations bench dkms-check selftests-package \
-	selftests-package-test selftests-package-distro install check run clean help
+	selftests-package-test selftests-package-distro install check run pprof-check clean help
 
 all: modules user
 
 help:
-	@sed -n '3,23p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,24p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@scripts/install-deps.sh
@@ -149,12 +150,18 @@ bench: modules-distro user
 dkms-check: selftests-package-distro
 	scripts/dkms-check.sh
 
-check: deps lint host-test host-fuzz vm-test vm-test-distro vm-test-mitigations dkms-check run bench
+check: deps lint host-test host-fuzz vm-test vm-test-distro vm-test-mitigations dkms-check run \
+	pprof-check bench
 
 run: modules-distro user
 	scripts/vm.sh distro --out build/vm/run -- tests/guest-demo.sh
-	@cp build/vm/run/profile.svg build/vm/run/profile.folded build/ && \
-		echo "rkf profile's flame graph: build/profile.svg (folded stacks: build/profile.folded)"
+	@cd build/vm/run && cp profile.svg profile.folded profile.pb.gz \
+		offcpu.svg offcpu.folded offcpu.pb.gz "$(BUILD)/" && \
+		echo "rkf profile's flame graph: build/profile.svg (folded stacks: build/profile.folded, pprof: build/profile.pb.gz)" && \
+		echo "rkf offcputime's flame graph: build/offcpu.svg (folded stacks: build/offcpu.folded, pprof: build/offcpu.pb.gz)"
+# The pprof files of `make run`, read by a client that rkf did not write: go tool pprof.
+pprof-check: run
+	tests/host-pprof.sh build/vm/run
 
 clean:
 	rm -rf "$(BUILD)" target

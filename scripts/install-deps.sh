@@ -37,10 +37,11 @@ if (( changed )) || [[ ! -f $stamp ]] || [[ -n $(find "$stamp" -mmin +720) ]]; t
 fi
 
 # gcc: the distro kernel is built with GCC, as Debian builds it (bookworm's 12.2); openssl
-# makes its module signing key; zstd compresses its bzImage (Debian's KERNEL_ZSTD).
+# makes its module signing key; zstd compresses its bzImage (Debian's KERNEL_ZSTD); golang-go
+# gives `go tool pprof`, the client that reads rkf's pprof files in make pprof-check.
 pkgs=(clang-19 lld-19 llvm-19 libclang-19-dev dwarves bc flex bison libelf-dev
       libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-venv
-      busybox-static make git file elfutils dkms gcc openssl zstd)
+      busybox-static make git file elfutils dkms gcc openssl zstd golang-go)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

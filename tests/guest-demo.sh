@@ -26,17 +26,40 @@ run percpu rkf_percpu_probe.magic
 cd "$RKF_OUT"
 dd if=/dev/zero of=/dev/null bs=64k count=200000 2>/dev/null &
 load=$!
-run profile -F 99 -d 3 --folded profile.folded --svg profile.svg
+run profile -F 99 -d 3 --folded profile.folded --svg profile.svg --pprof profile.pb.gz
 kill "$load" 2>/dev/null || true
 wait "$load" 2>/dev/null || true
 echo
 echo "the hottest stacks (samples, then comm;user frames;kernel frames, outermost first):"
 awk '{ n = $NF; $NF = ""; print n, $0 }' profile.folded | sort -nr | head -5 | cut -c1-240
-# rkf funccount: one rkf_multi link on every vfs_ function, while dd and ls run;
-# rkf links shows the link while it counts.
-dd if=/dev/zero of=/dev/null bs=4k count=100000 2>/dev/null &
+# rkf offcputime: tasks that block in known places, from before it starts until after it
+# ends: sleep(1) in clock_nanosleep(), cat reading a pipe that is written every 0.4 s.
+# Intervals of 10 ms or more.
+(while :; do sleep 0.25; done) &
+sleeper=$!
+(while :; do sleep 0.4; echo tick; done) | cat >/dev/null &
+reader=$!
+run offcputime -d 2.5 -m 10000 --folded offcpu.folded --svg offcpu.svg --pprof offcpu.pb.gz
+# The writer loop ends on its next write, once cat is gone.
+kill "$sleeper" "$reader" 2>/dev/null || true
+wait "$sleeper" "$reader" 2>/dev/null || true
+echo
+echo "where sleep and cat waited (microseconds, then comm;user frames;kernel frames):"
+awk '$1 ~ /^(sleep|cat);/ { n = $NF; $NF = ""; print n, $0 }' offcpu.folded | sort -nr | head -5 |
+	cut -c1-240
+
+# rkf funccount: one rkf_multi link on every vfs_ function, while dd runs (from before
+# it attaches until after it ends); rkf links shows the link while it counts.
+dd if=/dev/zero of=/dev/null bs=4k 2>/dev/null &
 load=$!
-(sleep 1.5; echo; echo "\$ rkf links"; "$rkf" links) &
+# (rkf funccount reads the kernel's BTF before it attaches: seconds under TCG.)
+(
+	for _ in $(seq 100); do
+		out=$("$rkf" links) && [[ $out != "no rkf_multi links" ]] && break
+		sleep 0.2
+	done
+	echo; echo "\$ rkf links"; echo "$out"
+) &
 lister=$!
 run funccount 'vfs_*' -d 3 -n 10
 wait "$lister" || true
