@@ -7,6 +7,7 @@ use std::{
     fs::File,
     io::{Read, Write},
     os::fd::OwnedFd,
+    process::Command,
     sync::mpsc,
     thread,
     time::{Duration, Instant},
@@ -17,10 +18,16 @@ use anyhow::{Context, Result};
 use crate::{check, check_eq, diag, harness::Test};
 use rkf::stacks::offcpu::{self, Options};
 
-pub const TESTS: &[Test] = &[Test {
-    name: "offcputime_pipe_read_path_and_time",
-    run: pipe_read_path_and_time,
-}];
+pub const TESTS: &[Test] = &[
+    Test {
+        name: "offcputime_pipe_read_path_and_time",
+        run: pipe_read_path_and_time,
+    },
+    Test {
+        name: "offcputime_names_frames_of_exited_process",
+        run: names_frames_of_exited_process,
+    },
+];
 
 /// The reader thread's name, its comm in the stacks.
 const READER: &str = "rkf-offcpu-rd";
@@ -150,6 +157,65 @@ fn pipe_read_path_and_time() -> Result<()> {
     check!(
         off_us * 10 >= blocked_us * 8,
         "{off_us} us off-CPU in anon_pipe_read, less than 80% of the {blocked_us} us the reads took"
+    );
+    Ok(())
+}
+
+/// A child `sleep 0.3` runs and is reaped before the recording's first poll: nothing
+/// reads its records, or its mappings, while it lives.  Its user frames come from the
+/// kernel as build id + file offset, and must still be named at the end of the run:
+/// its innermost user frame is the libc function that makes the nanosleep system call,
+/// under the kernel path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`.
+fn names_frames_of_exited_process() -> Result<()> {
+    let opts = Options {
+        duration: Duration::from_secs(1),
+        pid: None,
+        min_us: 100_000,
+        max_us: u64::MAX / 1000,
+        kernel: true,
+        user: true,
+    };
+    let mut child = None;
+    let o = offcpu::record_then(&opts, || {
+        child = Some(
+            Command::new("sleep")
+                .arg("0.3")
+                .status()
+                .map(|st| (st, Instant::now())),
+        )
+    })?;
+    let (status, _) = child
+        .context("the recording did not start")?
+        .context("running sleep")?;
+    check!(status.success(), "sleep 0.3 failed: {status}");
+    let path = ["__x64_sys_clock_nanosleep", "hrtimer_nanosleep"];
+    let sleeps: Vec<_> = o
+        .stacks
+        .stacks
+        .iter()
+        .filter(|(s, _)| s.comm == "sleep" && s.runs_kernel_path(&path))
+        .collect();
+    for (s, c) in &sleeps {
+        diag!("{} us in {} intervals: {}", c.value, c.count, s.folded());
+    }
+    check_eq!(
+        sleeps.iter().map(|(_, c)| c.count).sum::<u64>(),
+        1,
+        "intervals of sleep in {}",
+        path.join(" -> ")
+    );
+    let (s, c) = sleeps[0];
+    check!(
+        (290_000..=500_000).contains(&c.value),
+        "sleep 0.3 was off-CPU for {} us",
+        c.value
+    );
+    let user = s.user_frames().last().context("no user frame")?;
+    check!(
+        user.object.ends_with("/libc.so.6") && user.name.contains("nanosleep"),
+        "the innermost user frame is {} in {}, not libc's nanosleep",
+        user.name,
+        user.object
     );
     Ok(())
 }

@@ -27,7 +27,8 @@ struct rkf_offcpu_sample {
 	__s32 user_ret;
 	char comm[TASK_COMM_LEN];
 	__u64 kernel[MAX_FRAMES];
-	__u64 user[MAX_FRAMES];
+	/* struct bpf_stack_build_id entries (BPF_F_USER_BUILD_ID): build id + file offset */
+	__u8 user[MAX_FRAMES * sizeof(struct bpf_stack_build_id)];
 };
 
 /* Never used: a global of the type makes the skeleton define it. */
@@ -38,7 +39,7 @@ struct switched_out {
 	__u64 ts;		/* 0: not off a cpu since this program saw it leave */
 	__s32 user_ret;
 	__u32 pad;
-	__u64 user[MAX_FRAMES];
+	__u8 user[MAX_FRAMES * sizeof(struct bpf_stack_build_id)];
 };
 
 struct {
@@ -88,7 +89,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 			/* A kernel thread has no user stack: 0 frames, not an error. */
 			out->user_ret = want_user && !(prev->flags & PF_KTHREAD) ?
 				rkf_get_task_stack(prev, out->user, sizeof(out->user),
-						   BPF_F_USER_STACK) : 0;
+						   BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) : 0;
 		} else {
 			__sync_fetch_and_add(&untracked, 1);
 		}

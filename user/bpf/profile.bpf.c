@@ -19,7 +19,8 @@ struct rkf_profile_sample {
 	__s32 user_ret;
 	char comm[TASK_COMM_LEN];
 	__u64 kernel[MAX_FRAMES];
-	__u64 user[MAX_FRAMES];
+	/* struct bpf_stack_build_id entries (BPF_F_USER_BUILD_ID): build id + file offset */
+	__u8 user[MAX_FRAMES * sizeof(struct bpf_stack_build_id)];
 };
 
 /* Never used: a global of the type makes the skeleton define it (types::rkf_profile_sample). */
@@ -63,7 +64,7 @@ int profile(struct bpf_perf_event_data *ctx)
 		s->kernel_ret = bpf_rkf_get_stack_pe(ctx, s->kernel, sizeof(s->kernel), 0);
 	if (want_user)
 		s->user_ret = bpf_rkf_get_stack_pe(ctx, s->user, sizeof(s->user),
-						   BPF_F_USER_STACK);
+						   BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	bpf_ringbuf_submit(s, 0);
 	return 0;
 }

@@ -4,8 +4,9 @@
 //! (`rkf offcputime`).
 //!
 //! Both programs write every stack straight into a ring buffer record; nothing goes
-//! through a stack map.  Here the records are symbolised ([`names`]), counted by stack
-//! ([`Stacks`]), and written out as folded stacks, as an inferno flame graph, or as pprof.
+//! through a stack map.  User stacks come as build id + file offset.  Here the records
+//! are counted, symbolised after the run (`names`), and written out ([`Stacks`]) as folded
+//! stacks, as an inferno flame graph, or as pprof.
 
 mod names;
 pub mod offcpu;
@@ -14,4 +15,4 @@ pub mod profile;
 mod record;
 mod stack;
 
-pub use stack::{Frame, Kind, Stack, Stacks};
+pub use stack::{Counts, Frame, Kind, Stack, Stacks};

@@ -1,34 +1,94 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Names for the addresses of stacks, through blazesym: kernel addresses through
-//! /proc/kallsyms, user addresses through the mappings of their process while it runs.
+//! Names for the addresses of stacks, through blazesym, given after the run.
+//!
+//! User stacks come from the kernel as build id + file offset (`BPF_F_USER_BUILD_ID`),
+//! so a frame stays nameable after its process has exited: all it needs is a file with
+//! that build id.  The files are found in the mappings of processes while they run (the
+//! process of the frame first, then every process); an entry the kernel could only give
+//! as an address (no build id at hand) is turned into file + offset while its process
+//! still runs.  Everything is symbolised at the end: user frames from the files, kernel
+//! frames through /proc/kallsyms.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use blazesym::{
+    helper::read_elf_build_id,
+    normalize::{Normalizer, UserMeta},
     symbolize::{
-        source::{Process, Source},
+        source::{Elf, Source},
         Input, Symbolized, Symbolizer,
     },
     Pid,
 };
 
-use super::{Frame, Stack};
+use super::{stack::Counts, Frame, Kind, Stack, Stacks};
 use crate::kallsyms::KernelSymbolizer;
 
 const UNKNOWN: &str = "[unknown]";
 /// The kernel's object, as perf names it.
 const KERNEL: &str = "[kernel.kallsyms]";
+/// `BPF_BUILD_ID_SIZE`: build ids are zero-padded to it.
+const BUILD_ID_SIZE: usize = 20;
+/// `sizeof(struct bpf_stack_build_id)`.
+pub(super) const BUILD_ID_ENTRY: usize = 32;
+/// `BPF_STACK_BUILD_ID_VALID` and `BPF_STACK_BUILD_ID_IP` (include/uapi/linux/bpf.h).
+const STATUS_VALID: i32 = 1;
+const STATUS_IP: i32 = 2;
+/// The least time between two scans of every process's mappings.
+const RESCAN: Duration = Duration::from_millis(500);
 
-/// Symbolises addresses, caching frames: kernel addresses once, user addresses per
-/// process.
+type BuildId = [u8; BUILD_ID_SIZE];
+
+/// A user frame, kept until the end of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum UserAddr {
+    /// A file offset in the ELF file with this build id.
+    BuildId(BuildId, u64),
+    /// A file offset in the ELF file at this path.
+    File(Arc<str>, u64),
+    /// An address that no file was found for.
+    Unknown,
+}
+
+/// A stack as the kernel gave it, with its user frames made lasting.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct RawStack {
+    comm: Vec<u8>,
+    /// Innermost first.
+    kernel: Vec<u64>,
+    /// Innermost first.
+    user: Vec<UserAddr>,
+}
+
+/// Raw stacks and their counts, until they are symbolised.
+pub(super) type RawStacks = HashMap<RawStack, Counts>;
+
+/// Adds `value` to the counts of `stack` in `raw`.
+pub(super) fn add(raw: &mut RawStacks, stack: RawStack, value: u64) {
+    let c = raw.entry(stack).or_default();
+    c.count += 1;
+    c.value += value;
+}
+
+/// Turns raw stacks into named ones.
 pub(super) struct Names {
     kernel_symbolizer: KernelSymbolizer,
-    symbolizer: Symbolizer,
-    kernel: HashMap<u64, Frame>,
-    user: HashMap<(u32, u64), Frame>,
-    unknown: Arc<str>,
+    normalizer: Normalizer,
+    /// Build id to a file that has it.
+    files: HashMap<BuildId, Arc<str>>,
+    /// Executable files whose build id was read.
+    read: HashSet<String>,
+    /// Build ids not found in any mapping yet.
+    missing: HashSet<BuildId>,
+    last_scan: Option<Instant>,
 }
 
 impl Names {
@@ -39,115 +99,237 @@ impl Names {
         kernel_symbolizer.preload()?;
         Ok(Self {
             kernel_symbolizer,
-            symbolizer: Symbolizer::new(),
-            kernel: HashMap::new(),
-            user: HashMap::new(),
-            unknown: UNKNOWN.into(),
+            normalizer: Normalizer::new(),
+            files: HashMap::new(),
+            read: HashSet::new(),
+            missing: HashSet::new(),
+            last_scan: None,
         })
     }
 
-    fn unknown(&self, kernel: bool) -> Frame {
-        Frame {
-            name: self.unknown.clone(),
-            kernel,
-            object: if kernel {
-                KERNEL.into()
-            } else {
-                self.unknown.clone()
-            },
-        }
-    }
-
-    fn learn_kernel(&mut self, addrs: &[u64]) {
-        let mut new: Vec<u64> = addrs
-            .iter()
-            .copied()
-            .filter(|a| !self.kernel.contains_key(a))
-            .collect();
-        if new.is_empty() {
+    /// Reads the build ids of the executable files that process `pid` maps and that were
+    /// not read yet.
+    fn scan(&mut self, pid: u32) {
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return;
-        }
-        new.sort_unstable();
-        new.dedup();
-        let object: Arc<str> = KERNEL.into();
-        let frames: Vec<Frame> = match self.kernel_symbolizer.symbolize(&new) {
-            Ok(frames) => frames
-                .into_iter()
-                .map(|f| {
-                    f.map_or_else(
-                        || self.unknown(true),
-                        |f| Frame {
-                            name: f.name.into(),
-                            kernel: true,
-                            object: object.clone(),
-                        },
-                    )
-                })
-                .collect(),
-            Err(_) => vec![self.unknown(true); new.len()],
         };
-        self.kernel.extend(new.into_iter().zip(frames));
+        for line in maps.lines() {
+            // start-end perms offset dev inode path
+            let mut f = line.split_whitespace();
+            let (Some(perms), Some(path)) = (f.nth(1), f.nth(3)) else {
+                continue;
+            };
+            if !perms.contains('x') || !path.starts_with('/') || self.read.contains(path) {
+                continue;
+            }
+            self.read.insert(path.to_string());
+            if let Ok(Some(id)) = read_elf_build_id(&Path::new(path)) {
+                let mut padded = [0; BUILD_ID_SIZE];
+                let n = id.len().min(BUILD_ID_SIZE);
+                padded[..n].copy_from_slice(&id[..n]);
+                self.missing.remove(&padded);
+                self.files.entry(padded).or_insert_with(|| path.into());
+            }
+        }
     }
 
-    fn learn_user(&mut self, tgid: u32, addrs: &[u64]) {
-        let mut new: Vec<u64> = addrs
-            .iter()
-            .copied()
-            .filter(|a| !self.user.contains_key(&(tgid, *a)))
-            .collect();
-        if new.is_empty() {
+    /// Looks for the missing build ids in every process, at most once every [`RESCAN`].
+    fn scan_all(&mut self) {
+        if self.missing.is_empty() || self.last_scan.is_some_and(|t| t.elapsed() < RESCAN) {
             return;
         }
-        new.sort_unstable();
-        new.dedup();
-        let mut process = Process::new(Pid::from(tgid));
-        process.debug_syms = false;
-        // A process that has exited by now can no longer be symbolised.
-        let frames: Vec<Frame> = match self
-            .symbolizer
-            .symbolize(&Source::Process(process), Input::AbsAddr(&new))
+        self.last_scan = Some(Instant::now());
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return;
+        };
+        let pids: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for pid in pids {
+            self.scan(pid);
+            if self.missing.is_empty() {
+                break;
+            }
+        }
+    }
+
+    /// The raw stack of a task of process `tgid` named `comm` (NUL-padded): its kernel
+    /// return addresses and its user `struct bpf_stack_build_id` entries, innermost first.
+    /// Called while the run goes on, so that the files of the frames are found while their
+    /// processes still run.
+    pub(super) fn raw(&mut self, comm: &[u8], tgid: u32, kernel: &[u64], user: &[u8]) -> RawStack {
+        let entries: Vec<(i32, BuildId, u64)> = user
+            .chunks_exact(BUILD_ID_ENTRY)
+            .map(|e| {
+                let status = i32::from_ne_bytes(e[0..4].try_into().expect("4 bytes"));
+                let id: BuildId = e[4..24].try_into().expect("20 bytes");
+                let off = u64::from_ne_bytes(e[24..32].try_into().expect("8 bytes"));
+                (status, id, off)
+            })
+            .collect();
+        if entries
+            .iter()
+            .any(|&(s, id, _)| s == STATUS_VALID && !self.files.contains_key(&id))
         {
-            Ok(syms) => syms
-                .iter()
-                .map(|s| match s {
-                    Symbolized::Sym(sym) => Frame {
-                        name: sym.name.as_ref().into(),
-                        kernel: false,
-                        object: sym
-                            .module
-                            .as_deref()
-                            .map_or_else(|| self.unknown.clone(), |m| m.to_string_lossy().into()),
-                    },
-                    Symbolized::Unknown(_) => self.unknown(false),
-                })
-                .collect(),
-            Err(_) => vec![self.unknown(false); new.len()],
-        };
-        self.user
-            .extend(new.into_iter().map(|a| (tgid, a)).zip(frames));
+            self.scan(tgid);
+        }
+        let ips: Vec<u64> = entries
+            .iter()
+            .filter(|&&(s, ..)| s == STATUS_IP)
+            .map(|&(.., ip)| ip)
+            .collect();
+        let mut by_ip: HashMap<u64, UserAddr> = HashMap::new();
+        if !ips.is_empty() {
+            if let Ok(out) = self.normalizer.normalize_user_addrs(Pid::from(tgid), &ips) {
+                for (&ip, &(off, meta)) in ips.iter().zip(&out.outputs) {
+                    if let Some(UserMeta::Elf(elf)) = out.meta.get(meta) {
+                        let path = elf.path.to_string_lossy();
+                        by_ip.insert(ip, UserAddr::File(path.as_ref().into(), off));
+                    }
+                }
+            }
+        }
+        let user = entries
+            .iter()
+            .map(|&(status, id, off)| match status {
+                STATUS_VALID => {
+                    if !self.files.contains_key(&id) {
+                        self.missing.insert(id);
+                    }
+                    UserAddr::BuildId(id, off)
+                }
+                STATUS_IP => by_ip.get(&off).cloned().unwrap_or(UserAddr::Unknown),
+                _ => UserAddr::Unknown,
+            })
+            .collect();
+        self.scan_all();
+        RawStack {
+            comm: comm.iter().copied().take_while(|&b| b != 0).collect(),
+            kernel: kernel.to_vec(),
+            user,
+        }
     }
 
-    /// The stack of a task of process `tgid` named `comm` (NUL-padded), from its kernel
-    /// and user return addresses, each innermost first.
-    pub(super) fn stack(&mut self, comm: &[u8], tgid: u32, kernel: &[u64], user: &[u64]) -> Stack {
-        self.learn_kernel(kernel);
-        self.learn_user(tgid, user);
-        let comm: Vec<u8> = comm.iter().copied().take_while(|&b| b != 0).collect();
-        let frames = user
-            .iter()
-            .rev()
-            .map(|a| self.user[&(tgid, *a)].clone())
-            .chain(kernel.iter().rev().map(|a| self.kernel[a].clone()))
-            .collect();
-        Stack {
-            comm: String::from_utf8_lossy(&comm).into_owned(),
-            frames,
+    /// Names every frame of `raw`.
+    pub(super) fn finish(mut self, kind: Kind, raw: RawStacks) -> Stacks {
+        self.last_scan = None;
+        self.scan_all();
+        let unknown: Arc<str> = UNKNOWN.into();
+        let unknown_user = Frame {
+            name: unknown.clone(),
+            kernel: false,
+            object: unknown.clone(),
+        };
+
+        // User frames: the offsets of each file, symbolised together.
+        let mut offsets: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
+        for a in raw.keys().flat_map(|r| &r.user) {
+            let (file, off) = match a {
+                UserAddr::BuildId(id, off) => match self.files.get(id) {
+                    Some(f) => (f.clone(), *off),
+                    None => continue,
+                },
+                UserAddr::File(f, off) => (f.clone(), *off),
+                UserAddr::Unknown => continue,
+            };
+            offsets.entry(file).or_default().push(off);
         }
+        let symbolizer = Symbolizer::new();
+        let mut user: HashMap<(Arc<str>, u64), Frame> = HashMap::new();
+        for (file, mut offs) in offsets {
+            offs.sort_unstable();
+            offs.dedup();
+            let mut elf = Elf::new(file.as_ref());
+            elf.debug_syms = false;
+            let syms = symbolizer
+                .symbolize(&Source::Elf(elf), Input::FileOffset(&offs))
+                .unwrap_or_default();
+            for (i, off) in offs.into_iter().enumerate() {
+                let name = match syms.get(i) {
+                    Some(Symbolized::Sym(s)) => s.name.as_ref().into(),
+                    _ => unknown.clone(),
+                };
+                let frame = Frame {
+                    name,
+                    kernel: false,
+                    object: file.clone(),
+                };
+                user.insert((file.clone(), off), frame);
+            }
+        }
+        let user_frame = |a: &UserAddr| -> Frame {
+            let key = match a {
+                UserAddr::BuildId(id, off) => self.files.get(id).map(|f| (f.clone(), *off)),
+                UserAddr::File(f, off) => Some((f.clone(), *off)),
+                UserAddr::Unknown => None,
+            };
+            key.and_then(|k| user.get(&k).cloned())
+                .unwrap_or_else(|| unknown_user.clone())
+        };
+
+        // Kernel frames.
+        let mut addrs: Vec<u64> = raw.keys().flat_map(|r| r.kernel.iter().copied()).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        let object: Arc<str> = KERNEL.into();
+        let names = self
+            .kernel_symbolizer
+            .symbolize(&addrs)
+            .unwrap_or_else(|_| vec![None; addrs.len()]);
+        let kernel: HashMap<u64, Frame> = addrs
+            .into_iter()
+            .zip(names)
+            .map(|(a, f)| {
+                let name = f.map_or_else(|| unknown.clone(), |f| f.name.into());
+                let frame = Frame {
+                    name,
+                    kernel: true,
+                    object: object.clone(),
+                };
+                (a, frame)
+            })
+            .collect();
+
+        let mut stacks = Stacks::new(kind);
+        for (r, c) in raw {
+            let frames = r
+                .user
+                .iter()
+                .rev()
+                .map(&user_frame)
+                .chain(r.kernel.iter().rev().map(|a| kernel[a].clone()))
+                .collect();
+            let stack = Stack {
+                comm: String::from_utf8_lossy(&r.comm).into_owned(),
+                frames,
+            };
+            stacks.add_counts(stack, c);
+        }
+        stacks
     }
 }
 
-/// The frames of a stack that a stack kfunc returned `ret` bytes of, innermost first.
-pub(super) fn frames(stack: &[u64], ret: i32) -> &[u64] {
-    let n = usize::try_from(ret).unwrap_or(0) / 8;
+/// The first `ret` bytes of a stack buffer, in whole entries of `entry` bytes (none for
+/// an error).
+pub(super) fn taken<T>(stack: &[T], ret: i32, entry: usize) -> &[T] {
+    let n = usize::try_from(ret).unwrap_or(0) / entry * entry / std::mem::size_of::<T>();
     &stack[..n.min(stack.len())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taken_whole_entries_only() {
+        let ips = [1u64, 2, 3];
+        assert_eq!(taken(&ips, 16, 8), &[1, 2]);
+        assert_eq!(taken(&ips, 23, 8), &[1, 2]);
+        assert_eq!(taken(&ips, 64, 8), &[1, 2, 3]);
+        assert!(taken(&ips, -14, 8).is_empty());
+        let ids = [0u8; 3 * BUILD_ID_ENTRY];
+        assert_eq!(taken(&ids, 2 * 32, BUILD_ID_ENTRY).len(), 64);
+        assert_eq!(taken(&ids, 2 * 32 + 31, BUILD_ID_ENTRY).len(), 64);
+        assert!(taken(&ids, 0, BUILD_ID_ENTRY).is_empty());
+    }
 }

@@ -17,7 +17,7 @@ use std::{
 use anyhow::{ensure, Context, Result};
 
 use super::{
-    names::{frames, Names},
+    names::{self, taken, Names, RawStacks, BUILD_ID_ENTRY},
     profile::duration_ns,
     record::collect,
     Kind, Stacks,
@@ -105,7 +105,7 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
     opts.validate()?;
     modules::require("rkf_stack")?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = skeleton::load::<OffcputimeSkelBuilder>(&mut obj, "offcputime.bpf.c", |open| {
+    let skel = skeleton::load::<OffcputimeSkelBuilder>(&mut obj, "offcputime.bpf.c", |open| {
         let bss = open
             .maps
             .bss_data
@@ -127,38 +127,39 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
         .context("attaching the offcputime program to sched_switch")?;
     started();
 
-    let mut off = OffCpu {
-        stacks: Stacks::new(Kind::OffCpu),
-        intervals: 0,
-        dropped: 0,
-        untracked: 0,
-        stack_errors: 0,
-    };
+    let mut raw = RawStacks::new();
+    let (mut intervals, mut stack_errors) = (0, 0);
     let started = Instant::now();
     collect(
         &skel.maps.samples,
         opts.duration,
         || drop(link),
         |s: Sample| {
-            off.intervals += 1;
-            off.stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
+            intervals += 1;
+            stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
             let comm = s.comm.map(|c| c as u8);
-            let stack = names.stack(
+            let stack = names.raw(
                 &comm,
                 s.tgid,
-                frames(&s.kernel, s.kernel_ret),
-                frames(&s.user, s.user_ret),
+                taken(&s.kernel, s.kernel_ret, 8),
+                taken(&s.user, s.user_ret, BUILD_ID_ENTRY),
             );
-            off.stacks.add(stack, s.off_ns / 1000);
+            names::add(&mut raw, stack, s.off_ns / 1000);
         },
     )?;
-    off.stacks.duration_ns = duration_ns(started.elapsed());
+    let duration = started.elapsed();
+    let mut stacks = names.finish(Kind::OffCpu, raw);
+    stacks.duration_ns = duration_ns(duration);
     let bss = skel
         .maps
         .bss_data
-        .as_deref_mut()
+        .as_deref()
         .context("offcputime.bpf.c has no .bss")?;
-    off.dropped = bss.dropped;
-    off.untracked = bss.untracked;
-    Ok(off)
+    Ok(OffCpu {
+        stacks,
+        intervals,
+        dropped: bss.dropped,
+        untracked: bss.untracked,
+        stack_errors,
+    })
 }

@@ -17,7 +17,7 @@ use anyhow::{ensure, Context, Result};
 use libbpf_rs::Link;
 
 use super::{
-    names::{frames, Names},
+    names::{self, taken, Names, RawStacks, BUILD_ID_ENTRY},
     record::collect,
     Kind, Stacks,
 };
@@ -122,39 +122,41 @@ pub fn record(opts: &Options) -> Result<Profile> {
     }
 
     let period_ns = 1_000_000_000 / opts.frequency;
-    let mut profile = Profile {
-        stacks: Stacks::new(Kind::OnCpu { period_ns }),
-        samples: 0,
-        dropped: 0,
-        stack_errors: 0,
-        cpus: cpus.len(),
-    };
+    let mut raw = RawStacks::new();
+    let (mut samples, mut stack_errors) = (0, 0);
     let started = Instant::now();
     collect(
         &skel.maps.samples,
         opts.duration,
         || drop(events),
         |s: Sample| {
-            profile.samples += 1;
-            profile.stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
+            samples += 1;
+            stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
             let comm = s.comm.map(|c| c as u8);
-            let stack = names.stack(
+            let stack = names.raw(
                 &comm,
                 s.tgid,
-                frames(&s.kernel, s.kernel_ret),
-                frames(&s.user, s.user_ret),
+                taken(&s.kernel, s.kernel_ret, 8),
+                taken(&s.user, s.user_ret, BUILD_ID_ENTRY),
             );
-            profile.stacks.add(stack, period_ns);
+            names::add(&mut raw, stack, period_ns);
         },
     )?;
-    profile.stacks.duration_ns = duration_ns(started.elapsed());
-    profile.dropped = skel
-        .maps
-        .bss_data
-        .as_deref()
-        .context("profile.bpf.c has no .bss")?
-        .dropped;
-    Ok(profile)
+    let duration = started.elapsed();
+    let mut stacks = names.finish(Kind::OnCpu { period_ns }, raw);
+    stacks.duration_ns = duration_ns(duration);
+    Ok(Profile {
+        stacks,
+        samples,
+        dropped: skel
+            .maps
+            .bss_data
+            .as_deref()
+            .context("profile.bpf.c has no .bss")?
+            .dropped,
+        stack_errors,
+        cpus: cpus.len(),
+    })
 }
 
 /// `d` in nanoseconds, saturated.

@@ -117,9 +117,14 @@ impl Stacks {
 
     /// Counts one sample of `stack`: `value` cpu nanoseconds or off-CPU microseconds.
     pub fn add(&mut self, stack: Stack, value: u64) {
+        self.add_counts(stack, Counts { count: 1, value });
+    }
+
+    /// Adds `counts` to those of `stack`.
+    pub fn add_counts(&mut self, stack: Stack, counts: Counts) {
         let c = self.stacks.entry(stack).or_default();
-        c.count += 1;
-        c.value += value;
+        c.count += counts.count;
+        c.value += counts.value;
     }
 
     /// Number of distinct stacks.
