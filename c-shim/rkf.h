@@ -96,17 +96,21 @@ __rkf_safe void rkf_stack_mm_drain(void);
  * @skip:      frames to drop from the top
  * @max_depth: how deep to walk, skipped frames included
  * @elem_size: 8 for ips, sizeof(struct bpf_stack_build_id) for build-id entries
+ * @may_fault: build ids may be parsed where a page fault is allowed (the caller is a
+ *             sleepable program), as bpf_get_stack_sleepable() parses them
  */
 struct rkf_stack_walk {
 	bool user;
 	bool build_id;
+	bool may_fault;
 	u32 skip;
 	u32 max_depth;
 	u32 elem_size;
 };
 
 /* Implemented in Rust (rust/stack.rs). */
-long rkf_stack_prepare(void *buf, u32 size, u64 flags, struct rkf_stack_walk *walk);
+long rkf_stack_prepare(void *buf, u32 size, u64 flags, bool may_fault,
+		       struct rkf_stack_walk *walk);
 long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_walk *walk, long nr);
 long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
 long rkf_stack_check_task(const struct rkf_stack_walk *walk, bool is_current, bool user_regs);

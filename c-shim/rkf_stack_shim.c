@@ -18,6 +18,8 @@
 #include <linux/mmap_lock.h>
 #include <linux/perf_event.h>
 #include <linux/percpu.h>
+#include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/sched.h>
 #include <linux/sched/task_stack.h>
 #include <linux/stacktrace.h>
@@ -103,12 +105,12 @@ static __always_inline long rkf_stack_capture(struct pt_regs *regs, void *buf,
  * done here, in the kfunc's frame.
  */
 static __always_inline long rkf_stack_get(struct pt_regs *regs, void *buf, u32 size,
-					  u64 flags)
+					  u64 flags, bool may_fault)
 {
 	struct rkf_stack_walk walk;
 	long ret;
 
-	ret = rkf_stack_prepare(buf, size, flags, &walk);
+	ret = rkf_stack_prepare(buf, size, flags, may_fault, &walk);
 	if (ret)
 		return ret;
 	ret = rkf_stack_capture(regs, buf, &walk);
@@ -172,33 +174,67 @@ static bool rkf_task_user_regs(struct task_struct *task)
 
 __bpf_kfunc_start_defs();
 
+/*
+ * Whether build ids may be parsed where a page fault is allowed: the calling program is
+ * sleepable, as the verifier gives such programs bpf_get_stack_sleepable(), and it runs
+ * where it may sleep.  A sleepable program inside bpf_rcu_read_lock(),
+ * bpf_preempt_disable() or bpf_local_irq_save(), or in a timer callback, may not; there
+ * the verifier refuses the helper's sleepable form (.might_sleep), and the kfuncs parse
+ * without faults instead.
+ */
+static bool rkf_may_fault(const struct bpf_prog_aux *aux)
+{
+	return aux->prog->sleepable && preemptible() && !rcu_preempt_depth();
+}
+
 /**
  * bpf_rkf_get_stack() - copy the current stack into a buffer, as bpf_get_stack()
  * @buf:    the buffer: ips (u64), or struct bpf_stack_build_id with BPF_F_USER_BUILD_ID
  * @buf__sz: its size in bytes
  * @flags:  BPF_F_SKIP_FIELD_MASK | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID
+ * @aux:    the calling program's, supplied by the verifier (KF_IMPLICIT_ARGS): programs
+ *          call the kfunc with the three arguments above
  *
  * The kernel stack starts at the calling program, as the helper's does for raw
- * tracepoint, tp_btf, fentry/fexit and tracepoint programs.
+ * tracepoint, tp_btf, fentry/fexit and tracepoint programs.  In a sleepable program,
+ * build ids are parsed where a page fault is allowed, as bpf_get_stack_sleepable() does:
+ * a mapped ELF file whose build id is not in the page cache still gives it.
  *
  * Return: the bytes written, or a negative errno with the buffer zeroed (-EBUSY, nested
  * more than three deep on this cpu, leaves it untouched), exactly as the helper.
  */
-__bpf_kfunc long bpf_rkf_get_stack(void *buf, u32 buf__sz, u64 flags)
+__bpf_kfunc long bpf_rkf_get_stack(void *buf, u32 buf__sz, u64 flags,
+				   const struct bpf_prog_aux *aux)
 {
-	struct pt_regs *regs = rkf_stack_regs_get();
-	long ret;
+	bool may_fault = rkf_may_fault(aux);
+	struct rkf_stack_walk walk;
+	struct pt_regs *regs;
+	long ret, nr = 0;
 
-	if (IS_ERR(regs))
+	/*
+	 * The per-cpu regs slot is held with preemption disabled, and given back before the
+	 * build ids, which a sleepable program parses where it may sleep: a program preempted
+	 * on this cpu while it held a slot could otherwise have it taken by another.
+	 */
+	preempt_disable();
+	regs = rkf_stack_regs_get();
+	if (IS_ERR(regs)) {
+		preempt_enable();
 		return PTR_ERR(regs);
+	}
 	/*
 	 * Here, in the function the program calls, and not deeper: the regs then name the
 	 * program as the caller, and the unwind starts at this frame, as with the helper.
 	 */
 	perf_fetch_caller_regs(regs);
-	ret = rkf_stack_get(regs, buf, buf__sz, flags);
+	ret = rkf_stack_prepare(buf, buf__sz, flags, may_fault, &walk);
+	if (!ret)
+		nr = rkf_stack_capture(regs, buf, &walk);
 	rkf_stack_regs_put();
-	return ret;
+	preempt_enable();
+	if (ret)
+		return ret;
+	return rkf_stack_finish(buf, buf__sz, &walk, nr);
 }
 
 /**
@@ -207,15 +243,17 @@ __bpf_kfunc long bpf_rkf_get_stack(void *buf, u32 buf__sz, u64 flags)
  * @buf:    as bpf_rkf_get_stack()
  * @buf__sz: as bpf_rkf_get_stack()
  * @flags:  as bpf_rkf_get_stack()
+ * @aux:    as bpf_rkf_get_stack()
  *
- * The kernel stack starts at the probed instruction.
+ * The kernel stack starts at the probed instruction.  Sleepable uprobe programs parse
+ * build ids as bpf_rkf_get_stack() does in sleepable programs.
  *
  * Return: as bpf_rkf_get_stack().
  */
 __bpf_kfunc long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, u32 buf__sz,
-					  u64 flags)
+					  u64 flags, const struct bpf_prog_aux *aux)
 {
-	return rkf_stack_get(ctx, buf, buf__sz, flags);
+	return rkf_stack_get(ctx, buf, buf__sz, flags, rkf_may_fault(aux));
 }
 
 /**
@@ -227,7 +265,7 @@ __bpf_kfunc long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, u32 bu
  *
  * As bpf_get_stack_pe(): if the event samples callchains (PERF_SAMPLE_CALLCHAIN), the
  * stack is the sample's, with perf's context markers; otherwise it is walked from the
- * sampled regs.
+ * sampled regs.  perf_event programs are never sleepable.
  *
  * Return: as bpf_rkf_get_stack().
  */
@@ -238,7 +276,7 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
 	const struct perf_callchain_entry *trace;
 
 	if (!(kctx->event->attr.sample_type & PERF_SAMPLE_CALLCHAIN))
-		return rkf_stack_get((struct pt_regs *)kctx->regs, buf, buf__sz, flags);
+		return rkf_stack_get((struct pt_regs *)kctx->regs, buf, buf__sz, flags, false);
 	trace = kctx->data->callchain;
 	return rkf_stack_get_sampled(trace ? trace->ip : NULL, trace ? trace->nr : 0,
 				     buf, buf__sz, flags);
@@ -250,6 +288,7 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
  * @buf:    as bpf_rkf_get_stack()
  * @buf__sz: as bpf_rkf_get_stack()
  * @flags:  as bpf_rkf_get_stack()
+ * @aux:    as bpf_rkf_get_stack()
  *
  * The kernel stack of another task is the one it was switched out with; the current
  * task's starts in this kfunc, above the calling program (the helper's, in the helper).
@@ -262,7 +301,7 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
  * exited), -EOPNOTSUPP as above.
  */
 __bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32 buf__sz,
-					u64 flags)
+					u64 flags, const struct bpf_prog_aux *aux)
 {
 	bool is_current = task == current;
 	struct rkf_stack_walk walk;
@@ -274,7 +313,7 @@ __bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32
 		memset(buf, 0, buf__sz);
 		return -EFAULT;
 	}
-	ret = rkf_stack_prepare(buf, buf__sz, flags, &walk);
+	ret = rkf_stack_prepare(buf, buf__sz, flags, rkf_may_fault(aux), &walk);
 	if (ret)
 		return ret;
 	user_regs = is_current ? user_mode(task_pt_regs(task)) : rkf_task_user_regs(task);
@@ -288,15 +327,20 @@ __bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32
 
 __bpf_kfunc_end_defs();
 
+/*
+ * KF_IMPLICIT_ARGS: the verifier passes the calling program's aux, which the programs'
+ * prototypes (include/rkf.bpf.h) leave out.  A kfunc in both sets has the same flags in
+ * both, as the verifier requires.
+ */
 BTF_KFUNCS_START(rkf_stack_tracing_kfunc_ids)
-BTF_ID_FLAGS(func, bpf_rkf_get_stack)
+BTF_ID_FLAGS(func, bpf_rkf_get_stack, KF_IMPLICIT_ARGS)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_pe)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS)
 BTF_KFUNCS_END(rkf_stack_tracing_kfunc_ids)
 
 BTF_KFUNCS_START(rkf_stack_kprobe_kfunc_ids)
-BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack)
+BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe, KF_IMPLICIT_ARGS)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS)
 BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set = {

@@ -112,6 +112,12 @@ struct rkf_percpu_probe {
  * perf_trace_<event>()): add 4 to the skip count for the helper's stack.  The kfuncs
  * need CAP_PERFMON-loaded programs only for uninitialised stack buffers; initialise the
  * buffer otherwise.
+ *
+ * In a sleepable program (uprobe.s, fentry.s, iter.s, lsm.s, syscall) the kfuncs parse
+ * build ids where a page fault is allowed, as bpf_get_stack_sleepable() and
+ * bpf_get_task_stack_sleepable() do: a mapped ELF file whose build-id note is not in the
+ * page cache still gives its build id.  The kfuncs learn it from the program's aux,
+ * which the verifier passes them (KF_IMPLICIT_ARGS); it is not an argument here.
  */
 extern long bpf_rkf_get_stack(void *buf, __u32 buf__sz, __u64 flags) __ksym __weak;
 extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__sz,

@@ -99,13 +99,23 @@ fn sysctl_max_stack() -> u32 {
 }
 
 /// `current->mm`, read-locked, as an address space for build-id resolution.
+///
+/// With `may_fault`, build ids are parsed where a page fault is allowed
+/// (`build_id_parse()`) under the read lock, as `stack_map_get_build_id_offset()` did for
+/// `bpf_get_stack_sleepable()` from 6.12 until 7.2, and an ip must lie inside its vma
+/// (`vma_lookup()`), as 7.3's sleepable path has it.  7.3 itself reads the file with the
+/// lock dropped (a per-vma lock or a trylock, the file pinned, `build_id_parse_file()`),
+/// which would need `build_id_parse_file()` exported: here a contended mmap lock gives
+/// ips where 7.3's helper may still give build ids, and the mm stays read-locked while
+/// the file's first page is read.
 struct LockedMm {
     mm: *mut bindings::mm_struct,
     cookie: *mut c_void,
+    may_fault: bool,
 }
 
 impl LockedMm {
-    fn lock() -> Option<Self> {
+    fn lock(may_fault: bool) -> Option<Self> {
         let mut cookie = ptr::null_mut();
         // SAFETY: `cookie` is a valid place for the shim to write.
         let mm = unsafe { rkf_h::rkf_stack_mm_lock(&mut cookie) };
@@ -114,7 +124,11 @@ impl LockedMm {
         if mm.is_null() {
             None
         } else {
-            Some(Self { mm, cookie })
+            Some(Self {
+                mm,
+                cookie,
+                may_fault,
+            })
         }
     }
 }
@@ -137,6 +151,10 @@ impl AddressSpace for LockedMm {
         let v = unsafe { &*vma };
         // SAFETY: the first union member of a live vma holds `vm_start`/`vm_end`.
         let range = unsafe { v.__bindgen_anon_1.__bindgen_anon_1 };
+        if self.may_fault && ip < range.vm_start as u64 {
+            // vma_lookup(): no vma holds `ip`.
+            return None;
+        }
         Some(Vma {
             start: range.vm_start as u64,
             end: range.vm_end as u64,
@@ -147,14 +165,15 @@ impl AddressSpace for LockedMm {
     }
 
     fn build_id(&mut self, vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
-        // SAFETY: `handle` is a vma of the read-locked mm (from `find_vma()` above) and
-        // `out` has room for BUILD_ID_SIZE_MAX bytes.
-        let r = unsafe {
-            bindings::build_id_parse_nofault(
-                vma.handle as *mut bindings::vm_area_struct,
-                out.as_mut_ptr(),
-                ptr::null_mut(),
-            )
+        let vma = vma.handle as *mut bindings::vm_area_struct;
+        let r = if self.may_fault {
+            // SAFETY: as below; and the caller is a sleepable program (`may_fault`), whose
+            // context may sleep and fault while build_id_parse() reads the file.
+            unsafe { bindings::build_id_parse(vma, out.as_mut_ptr(), ptr::null_mut()) }
+        } else {
+            // SAFETY: `vma` is a vma of the read-locked mm (from `find_vma()` above) and
+            // `out` has room for BUILD_ID_SIZE_MAX bytes.
+            unsafe { bindings::build_id_parse_nofault(vma, out.as_mut_ptr(), ptr::null_mut()) }
         };
         r == 0
     }
@@ -172,6 +191,7 @@ pub(crate) extern "C" fn rkf_stack_prepare(
     buf: *mut c_void,
     size: u32,
     flags: u64,
+    may_fault: bool,
     walk: *mut rkf_h::rkf_stack_walk,
 ) -> c_long {
     match stack_core::plan(flags, size, sysctl_max_stack()) {
@@ -181,6 +201,7 @@ pub(crate) extern "C" fn rkf_stack_prepare(
                 walk.write(rkf_h::rkf_stack_walk {
                     user: req.user,
                     build_id: req.build_id,
+                    may_fault,
                     skip: req.skip,
                     max_depth: req.max_depth,
                     elem_size: req.elem_size,
@@ -219,7 +240,7 @@ pub(crate) extern "C" fn rkf_stack_finish(
     let walk = unsafe { &*walk };
     let n = nr as u32;
     if walk.build_id {
-        resolve_build_ids(bytes, n);
+        resolve_build_ids(bytes, n, walk.may_fault);
     }
     stack_core::finalize(bytes, n, walk.elem_size) as c_long
 }
@@ -273,7 +294,8 @@ pub(crate) extern "C" fn rkf_stack_get_sampled(
         for (i, &ip) in chosen.iter().enumerate() {
             stack_core::set_entry_ip(bytes, i, ip);
         }
-        resolve_build_ids(bytes, s.n);
+        // perf_event programs are never sleepable.
+        resolve_build_ids(bytes, s.n, false);
     } else {
         for (dst, &ip) in bytes.chunks_exact_mut(8).zip(chosen) {
             dst.copy_from_slice(&ip.to_ne_bytes());
@@ -282,9 +304,10 @@ pub(crate) extern "C" fn rkf_stack_get_sampled(
     stack_core::finalize(bytes, s.n, s.elem_size) as c_long
 }
 
-/// The build-id pass of `stack_map_get_build_id_offset()` over the first `n` entries.
-fn resolve_build_ids(bytes: &mut [u8], n: u32) {
-    match LockedMm::lock() {
+/// The build-id pass of `stack_map_get_build_id_offset()` over the first `n` entries,
+/// parsing where a page fault is allowed if `may_fault`.
+fn resolve_build_ids(bytes: &mut [u8], n: u32, may_fault: bool) {
+    match LockedMm::lock(may_fault) {
         Some(mut mm) => {
             stack_core::resolve_build_ids(&mut mm, bytes, n as usize, PAGE_SHIFT as u32)
         }
@@ -295,7 +318,7 @@ fn resolve_build_ids(bytes: &mut [u8], n: u32) {
 // The definitions above have the prototypes c-shim/rkf.h declares.
 const _: () = {
     let _ = [
-        rkf_h::rkf_stack_prepare as unsafe extern "C" fn(_, _, _, _) -> _,
+        rkf_h::rkf_stack_prepare as unsafe extern "C" fn(_, _, _, _, _) -> _,
         rkf_stack_prepare,
     ];
     let _ = [

@@ -23,8 +23,10 @@ load_modules "$pkg/modules" "${modules[@]}"
 
 # Arguments go to the runner (for example -t NAME).  Without vm.sh's module directories,
 # run_kselftest.sh uses the package's own modules/ and foreign/ for the tests that reload
-# modules, as on any other machine.
-env -u RKF_MODDIR -u RKF_FOREIGN_MODDIR "$pkg/run_kselftest.sh" "$@" |
+# modules, as on any other machine.  TMPDIR is the 9p share: the guest's /tmp keeps its
+# files in tmpfs, whose pages cannot leave the page cache, as
+# stack_sleepable_build_id_untouched_elf needs.
+env -u RKF_MODDIR -u RKF_FOREIGN_MODDIR TMPDIR="$RKF_OUT" "$pkg/run_kselftest.sh" "$@" |
 	tee "$RKF_OUT/ktap.txt"
 rc=${PIPESTATUS[0]}
 

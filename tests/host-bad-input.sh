@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 echo "KTAP version 1"
-echo "1..16"
+echo "1..23"
 kdir=$("$root/scripts/kernel.sh" dir test)
 expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
 expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
@@ -74,6 +74,16 @@ expect_fail profile_zero_duration "duration must be more than 0" "$rkf" profile 
 expect_fail profile_nan_duration "duration must be more than 0" "$rkf" profile -d nan
 expect_fail profile_no_such_pid "no process 4000000000" "$rkf" profile -p 4000000000
 expect_fail profile_kernel_and_user_only "cannot be used with" "$rkf" profile -K -U
+# rkf offcputime likewise.
+expect_fail offcputime_zero_duration "duration must be more than 0" "$rkf" offcputime -d 0
+expect_fail offcputime_nan_duration "duration must be more than 0" "$rkf" offcputime -d nan
+expect_fail offcputime_duration_above_a_day "at most a day" "$rkf" offcputime -d 86401
+expect_fail offcputime_no_such_pid "no process 4000000000" "$rkf" offcputime -p 4000000000
+expect_fail offcputime_min_above_max "the minimum interval \(2000 us\) is longer than the maximum \(1000 us\)" \
+	"$rkf" offcputime -m 2000 -M 1000
+expect_fail offcputime_max_overflows "the maximum interval \(18446744073709552 us\) does not fit in nanoseconds" \
+	"$rkf" offcputime -M 18446744073709552
+expect_fail offcputime_kernel_and_user_only "cannot be used with" "$rkf" offcputime -K -U
 # A VM that cannot finish in time fails the run, with a message.
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 

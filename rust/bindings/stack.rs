@@ -36,6 +36,7 @@ unsafe extern "C" {
 pub struct rkf_stack_walk {
     pub user: bool_,
     pub build_id: bool_,
+    pub may_fault: bool_,
     pub skip: u32_,
     pub max_depth: u32_,
     pub elem_size: u32_,
@@ -45,6 +46,7 @@ unsafe extern "C" {
         buf: *mut ffi::c_void,
         size: u32_,
         flags: u64_,
+        may_fault: bool_,
         walk: *mut rkf_stack_walk,
     ) -> ffi::c_long;
 }

@@ -67,6 +67,35 @@ pub fn take_libbpf_log() -> String {
     std::mem::take(&mut *LIBBPF_LOG.lock().unwrap())
 }
 
+/// Loads only the program `prog` of the skeleton of builder `B` (the object `what`), which
+/// the verifier must refuse, and returns the verifier's log.
+pub fn load_refused<'obj, B>(
+    obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    what: &str,
+    prog: &str,
+) -> Result<String>
+where
+    B: libbpf_rs::skel::SkelBuilder<'obj> + Default,
+{
+    use libbpf_rs::skel::OpenSkel;
+
+    let mut open = B::default().open(obj)?;
+    let mut found = false;
+    for mut p in open.open_object_mut().progs_mut() {
+        let this = p.name() == prog;
+        found |= this;
+        p.set_autoload(this);
+    }
+    crate::check!(found, "{what} has a program {prog}");
+    take_libbpf_log();
+    let loaded = open.load().is_ok();
+    crate::check!(
+        !loaded,
+        "{prog} of {what} loaded, but the verifier must refuse it"
+    );
+    Ok(take_libbpf_log())
+}
+
 /// The tests that `filter` selects, in their order: each comma-separated part of it
 /// selects the tests whose name is the part, or starts with it (`multi_` is every rkf_multi
 /// test).  All of `tests` without a filter.  A part that selects no test is an error, so

@@ -48,6 +48,15 @@ mod skel {
     pub mod stack_lost {
         include!(concat!(env!("OUT_DIR"), "/stack_lost.skel.rs"));
     }
+    pub mod upstream_get_stack_rawtp_err {
+        include!(concat!(
+            env!("OUT_DIR"),
+            "/upstream_get_stack_rawtp_err.skel.rs"
+        ));
+    }
+    pub mod stack_sleepable {
+        include!(concat!(env!("OUT_DIR"), "/stack_sleepable.skel.rs"));
+    }
     pub mod task_stack {
         include!(concat!(env!("OUT_DIR"), "/task_stack.skel.rs"));
     }

@@ -161,12 +161,27 @@ fn pipe_read_path_and_time() -> Result<()> {
     Ok(())
 }
 
-/// A child `sleep 0.3` runs and is reaped before the recording's first poll: nothing
-/// reads its records, or its mappings, while it lives.  Its user frames come from the
-/// kernel as build id + file offset, and must still be named at the end of the run:
-/// its innermost user frame is the libc function that makes the nanosleep system call,
-/// under the kernel path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`.
+/// A child `sleep 0.3`, run through a symbolic link of a name of its own (its comm), runs
+/// and is reaped before the recording's first poll: nothing reads its records, or its
+/// mappings, while it lives.  Its user frames come from the kernel as build id + file
+/// offset, and must still be named at the end of the run: its one interval of 290 to 500
+/// ms, under the kernel path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`, has for
+/// innermost user frame the libc function that makes the nanosleep system call.
 fn names_frames_of_exited_process() -> Result<()> {
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .context("no sleep(1) in /usr/bin or /bin")?;
+    let comm = format!("rkf-sl-{}", std::process::id());
+    let link = std::env::temp_dir().join(&comm);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(sleep, &link)?;
+    let result = exited_process(&link, &comm);
+    std::fs::remove_file(&link)?;
+    result
+}
+
+fn exited_process(sleep: &std::path::Path, comm: &str) -> Result<()> {
     let opts = Options {
         duration: Duration::from_secs(1),
         pid: None,
@@ -177,23 +192,16 @@ fn names_frames_of_exited_process() -> Result<()> {
     };
     let mut child = None;
     let o = offcpu::record_then(&opts, || {
-        child = Some(
-            Command::new("sleep")
-                .arg("0.3")
-                .status()
-                .map(|st| (st, Instant::now())),
-        )
+        child = Some(Command::new(sleep).arg("0.3").status());
     })?;
-    let (status, _) = child
-        .context("the recording did not start")?
-        .context("running sleep")?;
+    let status = child.context("the recording did not start")?.context("running sleep")?;
     check!(status.success(), "sleep 0.3 failed: {status}");
     let path = ["__x64_sys_clock_nanosleep", "hrtimer_nanosleep"];
     let sleeps: Vec<_> = o
         .stacks
         .stacks
         .iter()
-        .filter(|(s, _)| s.comm == "sleep" && s.runs_kernel_path(&path))
+        .filter(|(s, _)| s.comm == comm && s.runs_kernel_path(&path))
         .collect();
     for (s, c) in &sleeps {
         diag!("{} us in {} intervals: {}", c.value, c.count, s.folded());
@@ -201,7 +209,7 @@ fn names_frames_of_exited_process() -> Result<()> {
     check_eq!(
         sleeps.iter().map(|(_, c)| c.count).sum::<u64>(),
         1,
-        "intervals of sleep in {}",
+        "intervals of {comm} in {}",
         path.join(" -> ")
     );
     let (s, c) = sleeps[0];

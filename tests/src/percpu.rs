@@ -8,11 +8,11 @@
 use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{skel::OpenSkel, Link, ProgramInput, ProgramType};
+use libbpf_rs::{Link, ProgramInput, ProgramType};
 
 use crate::{
     check, check_eq, diag,
-    harness::{take_libbpf_log, Test},
+    harness::{load_refused, Test},
     skel::{percpu::*, percpu_fail::*, percpu_types::*},
 };
 use rkf::{
@@ -387,22 +387,9 @@ fn differential() -> Result<()> {
 
 /// Loads only `prog` of percpu_fail.bpf.c and returns the verifier's complaint.
 fn load_failing(prog: &str) -> Result<String> {
-    use libbpf_rs::skel::SkelBuilder;
-
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
-    let mut open = PercpuFailSkelBuilder::default().open(&mut obj)?;
-    let mut found = false;
-    for mut p in open.open_object_mut().progs_mut() {
-        let this = p.name() == prog;
-        found |= this;
-        p.set_autoload(this);
-    }
-    check!(found, "percpu_fail.bpf.c has a program {prog}");
-    take_libbpf_log();
-    let loaded = open.load().is_ok();
-    check!(!loaded, "{prog} loaded, but the verifier must reject it");
-    Ok(take_libbpf_log())
+    load_refused::<PercpuFailSkelBuilder>(&mut obj, "percpu_fail.bpf.c", prog)
 }
 
 fn expect_rejected(prog: &str, msg: &str) -> Result<()> {

@@ -5,6 +5,7 @@
 
 use std::{mem::MaybeUninit, time::Duration};
 
+mod sleepable;
 mod task;
 
 use anyhow::{Context, Result};
@@ -62,6 +63,14 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "stack_task_differential",
         run: task::differential,
+    },
+    Test {
+        name: "stack_upstream_get_stack_rawtp_err",
+        run: upstream_get_stack_rawtp_err,
+    },
+    Test {
+        name: "stack_sleepable_build_id_untouched_elf",
+        run: sleepable::untouched_elf,
     },
 ];
 
@@ -766,6 +775,37 @@ const MAX_STACK_RAWTP: usize = 100;
 const STACK_TRACE_T: usize = 16 + MAX_STACK_RAWTP * (8 + 8 + 32);
 /// Where x86-64's kernel half of the address space starts.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// Upstream's tools/testing/selftests/bpf/progs/test_get_stack_rawtp_err.c, with only the
+/// helper's name changed to rkf_get_stack(), is refused at load as upstream's
+/// prog_tests/get_stack_raw_tp.c expects, for the reason the helper's original is: the
+/// verifier cannot prove the return value non-negative, and reaches the endless loop
+/// (tests/progs/upstream_get_stack_rawtp_err.bpf.c holds both).
+fn upstream_get_stack_rawtp_err() -> Result<()> {
+    use crate::{
+        harness::load_refused,
+        skel::upstream_get_stack_rawtp_err::UpstreamGetStackRawtpErrSkelBuilder,
+    };
+
+    modules::require("rkf_stack")?;
+    const WHY: &str = "infinite loop detected";
+    for prog in ["bpf_prog2", "helper_prog2"] {
+        let mut obj = MaybeUninit::uninit();
+        let log = load_refused::<UpstreamGetStackRawtpErrSkelBuilder>(
+            &mut obj,
+            "upstream_get_stack_rawtp_err.bpf.c",
+            prog,
+        )?;
+        let line = log.lines().find(|l| l.contains(WHY));
+        let last = log.lines().rev().find(|l| !l.trim().is_empty());
+        check!(
+            line.is_some(),
+            "{prog}: the verifier log should say {WHY:?}; it ends with {last:?}"
+        );
+        diag!("{prog}: refused: {}", line.unwrap_or_default().trim());
+    }
+    Ok(())
+}
 
 /// Upstream's own program, tools/testing/selftests/bpf/progs/test_get_stack_rawtp.c, with
 /// only the helper's name changed to rkf.bpf.h's rkf_get_stack()

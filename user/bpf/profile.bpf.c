@@ -28,7 +28,7 @@ struct rkf_profile_sample _sample_type = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 16 << 20);	/* about 3,200 samples of 5 KiB */
 } samples SEC(".maps");
 
 /* Inputs. */

@@ -187,7 +187,8 @@ pub struct Vma {
 pub trait AddressSpace {
     /// `find_vma()`: the first vma that ends above `ip`; it may start above `ip` too.
     fn find_vma(&mut self, ip: u64) -> Option<Vma>;
-    /// `build_id_parse_nofault()` into `out` (zero-padded); false on failure.
+    /// `build_id_parse_nofault()` (or `build_id_parse()`, where a page fault is allowed)
+    /// into `out` (zero-padded); false on failure.
     fn build_id(&mut self, vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool;
 }
 

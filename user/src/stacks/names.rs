@@ -114,9 +114,9 @@ impl Names {
             return;
         };
         for line in maps.lines() {
-            // start-end perms offset dev inode path
-            let mut f = line.split_whitespace();
-            let (Some(perms), Some(path)) = (f.nth(1), f.nth(3)) else {
+            // start-end perms offset dev inode path (which may hold spaces)
+            let mut f = line.splitn(6, ' ');
+            let (Some(perms), Some(path)) = (f.nth(1), f.nth(3).map(str::trim_start)) else {
                 continue;
             };
             if !perms.contains('x') || !path.starts_with('/') || self.read.contains(path) {
