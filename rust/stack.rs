@@ -98,24 +98,15 @@ fn sysctl_max_stack() -> u32 {
     v.max(0) as u32
 }
 
-/// `current->mm`, read-locked, as an address space for build-id resolution.
-///
-/// With `may_fault`, build ids are parsed where a page fault is allowed
-/// (`build_id_parse()`) under the read lock, as `stack_map_get_build_id_offset()` did for
-/// `bpf_get_stack_sleepable()` from 6.12 until 7.2, and an ip must lie inside its vma
-/// (`vma_lookup()`), as 7.3's sleepable path has it.  7.3 itself reads the file with the
-/// lock dropped (a per-vma lock or a trylock, the file pinned, `build_id_parse_file()`),
-/// which would need `build_id_parse_file()` exported: here a contended mmap lock gives
-/// ips where 7.3's helper may still give build ids, and the mm stays read-locked while
-/// the file's first page is read.
+/// `current->mm`, read-locked, as an address space for build-id resolution without
+/// faults.
 struct LockedMm {
     mm: *mut bindings::mm_struct,
     cookie: *mut c_void,
-    may_fault: bool,
 }
 
 impl LockedMm {
-    fn lock(may_fault: bool) -> Option<Self> {
+    fn lock() -> Option<Self> {
         let mut cookie = ptr::null_mut();
         // SAFETY: `cookie` is a valid place for the shim to write.
         let mm = unsafe { rkf_h::rkf_stack_mm_lock(&mut cookie) };
@@ -124,11 +115,7 @@ impl LockedMm {
         if mm.is_null() {
             None
         } else {
-            Some(Self {
-                mm,
-                cookie,
-                may_fault,
-            })
+            Some(Self { mm, cookie })
         }
     }
 }
@@ -140,42 +127,131 @@ impl Drop for LockedMm {
     }
 }
 
+/// The vma of `mm` that `find_vma()` gives for `ip`, if any.
+///
+/// # Safety
+///
+/// `mm` is read-locked, and stays so while the result's `handle` is used.
+unsafe fn vma_at(
+    mm: *mut bindings::mm_struct,
+    ip: u64,
+) -> Option<(Vma, *mut bindings::vm_area_struct)> {
+    // SAFETY: `mm` is read-locked (the caller's contract), as find_vma() requires.
+    let vma = unsafe { bindings::find_vma(mm, ip as usize) };
+    if vma.is_null() {
+        return None;
+    }
+    // SAFETY: `vma` belongs to the read-locked mm and stays valid while it is locked.
+    let v = unsafe { &*vma };
+    // SAFETY: the first union member of a live vma holds `vm_start`/`vm_end`.
+    let range = unsafe { v.__bindgen_anon_1.__bindgen_anon_1 };
+    let found = Vma {
+        start: range.vm_start as u64,
+        end: range.vm_end as u64,
+        pgoff: v.vm_pgoff as u64,
+        anonymous: v.vm_ops.is_null(),
+        handle: vma as usize,
+    };
+    Some((found, vma))
+}
+
 impl AddressSpace for LockedMm {
     fn find_vma(&mut self, ip: u64) -> Option<Vma> {
-        // SAFETY: `self.mm` is read-locked, as find_vma() requires.
-        let vma = unsafe { bindings::find_vma(self.mm, ip as usize) };
-        if vma.is_null() {
-            return None;
-        }
-        // SAFETY: `vma` belongs to the read-locked mm and stays valid while it is locked.
-        let v = unsafe { &*vma };
-        // SAFETY: the first union member of a live vma holds `vm_start`/`vm_end`.
-        let range = unsafe { v.__bindgen_anon_1.__bindgen_anon_1 };
-        if self.may_fault && ip < range.vm_start as u64 {
-            // vma_lookup(): no vma holds `ip`.
-            return None;
-        }
-        Some(Vma {
-            start: range.vm_start as u64,
-            end: range.vm_end as u64,
-            pgoff: v.vm_pgoff as u64,
-            anonymous: v.vm_ops.is_null(),
-            handle: vma as usize,
-        })
+        // SAFETY: `self.mm` is read-locked while `self` lives.
+        unsafe { vma_at(self.mm, ip) }.map(|(v, _)| v)
     }
 
     fn build_id(&mut self, vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
-        let vma = vma.handle as *mut bindings::vm_area_struct;
-        let r = if self.may_fault {
-            // SAFETY: as below; and the caller is a sleepable program (`may_fault`), whose
-            // context may sleep and fault while build_id_parse() reads the file.
-            unsafe { bindings::build_id_parse(vma, out.as_mut_ptr(), ptr::null_mut()) }
-        } else {
-            // SAFETY: `vma` is a vma of the read-locked mm (from `find_vma()` above) and
-            // `out` has room for BUILD_ID_SIZE_MAX bytes.
-            unsafe { bindings::build_id_parse_nofault(vma, out.as_mut_ptr(), ptr::null_mut()) }
+        // SAFETY: `handle` is a vma of the read-locked mm (from `find_vma()` above) and
+        // `out` has room for BUILD_ID_SIZE_MAX bytes.
+        let r = unsafe {
+            bindings::build_id_parse_nofault(
+                vma.handle as *mut bindings::vm_area_struct,
+                out.as_mut_ptr(),
+                ptr::null_mut(),
+            )
         };
         r == 0
+    }
+}
+
+/// `current->mm` for build ids read where a page fault is allowed (a sleepable program),
+/// as 7.3's `stack_map_get_build_id_offset_sleepable()` reads them: each lookup
+/// read-locks the mm (a trylock), takes the vma that holds `ip` (`vma_lookup()`), pins
+/// its file and unlocks; the build id is then read from the pinned file with no lock
+/// held.  Reading a file may take the filesystem's locks (an inode lock, under which a
+/// direct read pins user pages and so takes the mmap lock), which must not nest inside
+/// the mmap lock.
+///
+/// # Invariants
+///
+/// `file` is NULL or holds a reference taken by `get_file()`, dropped at the next lookup
+/// or with `self`.
+struct PinningMm {
+    file: *mut bindings::file,
+}
+
+impl PinningMm {
+    fn new() -> Self {
+        // INVARIANT: no file yet.
+        Self {
+            file: ptr::null_mut(),
+        }
+    }
+
+    fn unpin(&mut self) {
+        if !self.file.is_null() {
+            // SAFETY: by the type invariant, `file` holds a reference of ours.
+            unsafe { bindings::fput(self.file) };
+            // INVARIANT: the reference is dropped.
+            self.file = ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for PinningMm {
+    fn drop(&mut self) {
+        self.unpin();
+    }
+}
+
+impl AddressSpace for PinningMm {
+    fn find_vma(&mut self, ip: u64) -> Option<Vma> {
+        self.unpin();
+        let mm = LockedMm::lock()?;
+        // SAFETY: `mm` is read-locked until it drops at the end of this function, and the
+        // vma is used only before that.
+        let (found, vma) = unsafe { vma_at(mm.mm, ip) }?;
+        if ip < found.start {
+            // vma_lookup(): no vma holds `ip`.
+            return None;
+        }
+        // SAFETY: `vma` is live while the mm is locked.
+        let file = unsafe { (*vma).vm_file };
+        if !found.anonymous && !file.is_null() {
+            // SAFETY: `file` is the live vma's file, whose reference the vma holds while
+            // the mm is locked; get_file() takes one of our own.
+            // INVARIANT: `file` now holds our reference.
+            self.file = unsafe { bindings::get_file(file) };
+        }
+        Some(Vma { handle: 0, ..found })
+    }
+
+    fn build_id(&mut self, _vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
+        if self.file.is_null() {
+            return false;
+        }
+        // build_id_parse() reads nothing of its vma but `vm_file` (lib/buildid.c: it hands
+        // `vma->vm_file` to __build_id_parse()); the vma itself may be gone once the mm is
+        // unlocked, so it gets one that holds only the pinned file.  Exporting
+        // build_id_parse_file(), which 7.3's helper calls, would let this go.
+        // SAFETY: `vm_area_struct` is plain C data, for which all zeroes is a valid value.
+        let mut vma: bindings::vm_area_struct = unsafe { core::mem::zeroed() };
+        vma.vm_file = self.file;
+        // SAFETY: `vma.vm_file` holds our reference (type invariant), `out` has room for
+        // BUILD_ID_SIZE_MAX bytes, no lock is held, and the caller is a sleepable program
+        // where it may sleep (`may_fault`), as build_id_parse() may fault and read the file.
+        unsafe { bindings::build_id_parse(&mut vma, out.as_mut_ptr(), ptr::null_mut()) == 0 }
     }
 }
 
@@ -307,7 +383,12 @@ pub(crate) extern "C" fn rkf_stack_get_sampled(
 /// The build-id pass of `stack_map_get_build_id_offset()` over the first `n` entries,
 /// parsing where a page fault is allowed if `may_fault`.
 fn resolve_build_ids(bytes: &mut [u8], n: u32, may_fault: bool) {
-    match LockedMm::lock(may_fault) {
+    if may_fault {
+        let mut mm = PinningMm::new();
+        stack_core::resolve_build_ids(&mut mm, bytes, n as usize, PAGE_SHIFT as u32);
+        return;
+    }
+    match LockedMm::lock() {
         Some(mut mm) => {
             stack_core::resolve_build_ids(&mut mm, bytes, n as usize, PAGE_SHIFT as u32)
         }

@@ -36,6 +36,9 @@ mod skel {
     pub mod percpu_fail {
         include!(concat!(env!("OUT_DIR"), "/percpu_fail.skel.rs"));
     }
+    pub mod percpu_weak {
+        include!(concat!(env!("OUT_DIR"), "/percpu_weak.skel.rs"));
+    }
     pub mod percpu_types {
         include!(concat!(env!("OUT_DIR"), "/percpu_types.skel.rs"));
     }

@@ -194,7 +194,9 @@ fn exited_process(sleep: &std::path::Path, comm: &str) -> Result<()> {
     let o = offcpu::record_then(&opts, || {
         child = Some(Command::new(sleep).arg("0.3").status());
     })?;
-    let status = child.context("the recording did not start")?.context("running sleep")?;
+    let status = child
+        .context("the recording did not start")?
+        .context("running sleep")?;
     check!(status.success(), "sleep 0.3 failed: {status}");
     let path = ["__x64_sys_clock_nanosleep", "hrtimer_nanosleep"];
     let sleeps: Vec<_> = o

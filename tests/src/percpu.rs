@@ -13,7 +13,7 @@ use libbpf_rs::{Link, ProgramInput, ProgramType};
 use crate::{
     check, check_eq, diag,
     harness::{load_refused, Test},
-    skel::{percpu::*, percpu_fail::*, percpu_types::*},
+    skel::{percpu::*, percpu_fail::*, percpu_types::*, percpu_weak::*},
 };
 use rkf::{
     cpus,
@@ -55,6 +55,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "percpu_out_of_range",
         run: out_of_range,
+    },
+    Test {
+        name: "percpu_unresolved_weak_ksym",
+        run: unresolved_weak_ksym,
     },
     Test {
         name: "percpu_module_variable",
@@ -332,6 +336,30 @@ fn out_of_range() -> Result<()> {
             "bpf_rkf_per_cpu_ptr() with {what}"
         );
     }
+    Ok(())
+}
+
+/// A typed weak `__ksym` that no kernel defines (percpu_weak.bpf.c): the program loads
+/// with `rkf_this_cpu_ptr()` dereferenced without a NULL check, both kfuncs give NULL, the
+/// load through `rkf_this_cpu_ptr()` reads 0, and `rkf_per_cpu_ptr()` is NULL.
+fn unresolved_weak_ksym() -> Result<()> {
+    modules::require("rkf_percpu")?;
+    check!(
+        Kallsyms::load()?
+            .lookup("rkf_selftest_no_such_percpu_var", None)
+            .is_err(),
+        "the kernel has a rkf_selftest_no_such_percpu_var"
+    );
+    let mut obj = MaybeUninit::uninit();
+    let skel =
+        skeleton::load::<PercpuWeakSkelBuilder>(&mut obj, "percpu_weak.bpf.c", skeleton::as_built)?;
+    let out = skel.progs.percpu_weak.test_run(ProgramInput::default())?;
+    check_eq!(out.return_value, 0, "percpu_weak() return value");
+    let d = skel.maps.data_data.as_deref().context("no .data")?;
+    check_eq!(d.this_kfunc, 0, "bpf_rkf_this_cpu_ptr(&unresolved)");
+    check_eq!(d.this_val, 0, "*rkf_this_cpu_ptr(&unresolved)");
+    check_eq!(d.per_cpu_kfunc, 0, "bpf_rkf_per_cpu_ptr(&unresolved, 0)");
+    check_eq!(d.per_cpu_is_null, 1, "!rkf_per_cpu_ptr(&unresolved, 0)");
     Ok(())
 }
 

@@ -97,7 +97,10 @@ fn flamegraph_names_kernel_function() -> Result<()> {
             let stack = l.rsplit_once(' ').map_or(*l, |(s, _)| s);
             stack.split(';').skip(1).any(|frame| frame == f)
         });
-        check!(unmarked.is_none(), "a folded line has {f} unmarked: {unmarked:?}");
+        check!(
+            unmarked.is_none(),
+            "a folded line has {f} unmarked: {unmarked:?}"
+        );
         check!(
             svg.contains(&format!("<title>{f} (")),
             "the flame graph does not name {f}"

@@ -183,7 +183,7 @@ pub struct Vma {
     pub handle: usize,
 }
 
-/// The address space of the current task, locked for reading.
+/// The address space of the current task, as build-id resolution sees it.
 pub trait AddressSpace {
     /// `find_vma()`: the first vma that ends above `ip`; it may start above `ip` too.
     fn find_vma(&mut self, ip: u64) -> Option<Vma>;

@@ -89,6 +89,10 @@ pub(super) struct Names {
     /// Build ids not found in any mapping yet.
     missing: HashSet<BuildId>,
     last_scan: Option<Instant>,
+    /// When each process's mappings were last read for a build id.
+    scanned: HashMap<u32, Instant>,
+    /// What each (process, ip) given without a build id was turned into.
+    ips: HashMap<(u32, u64), UserAddr>,
 }
 
 impl Names {
@@ -104,6 +108,8 @@ impl Names {
             read: HashSet::new(),
             missing: HashSet::new(),
             last_scan: None,
+            scanned: HashMap::new(),
+            ips: HashMap::new(),
         })
     }
 
@@ -167,27 +173,38 @@ impl Names {
                 (status, id, off)
             })
             .collect();
+        // A process's mappings are read at most once every RESCAN for build ids: one whose
+        // build id no mapping gives would be read on every record otherwise.
         if entries
             .iter()
             .any(|&(s, id, _)| s == STATUS_VALID && !self.files.contains_key(&id))
+            && self
+                .scanned
+                .get(&tgid)
+                .is_none_or(|t| t.elapsed() >= RESCAN)
         {
+            self.scanned.insert(tgid, Instant::now());
             self.scan(tgid);
         }
-        let ips: Vec<u64> = entries
+        let mut ips: Vec<u64> = entries
             .iter()
-            .filter(|&&(s, ..)| s == STATUS_IP)
+            .filter(|&&(s, _, ip)| s == STATUS_IP && !self.ips.contains_key(&(tgid, ip)))
             .map(|&(.., ip)| ip)
             .collect();
-        let mut by_ip: HashMap<u64, UserAddr> = HashMap::new();
         if !ips.is_empty() {
+            ips.sort_unstable();
+            ips.dedup();
+            let mut found = vec![UserAddr::Unknown; ips.len()];
             if let Ok(out) = self.normalizer.normalize_user_addrs(Pid::from(tgid), &ips) {
-                for (&ip, &(off, meta)) in ips.iter().zip(&out.outputs) {
+                for (f, &(off, meta)) in found.iter_mut().zip(&out.outputs) {
                     if let Some(UserMeta::Elf(elf)) = out.meta.get(meta) {
                         let path = elf.path.to_string_lossy();
-                        by_ip.insert(ip, UserAddr::File(path.as_ref().into(), off));
+                        *f = UserAddr::File(path.as_ref().into(), off);
                     }
                 }
             }
+            self.ips
+                .extend(ips.into_iter().map(|ip| (tgid, ip)).zip(found));
         }
         let user = entries
             .iter()
@@ -198,7 +215,7 @@ impl Names {
                     }
                     UserAddr::BuildId(id, off)
                 }
-                STATUS_IP => by_ip.get(&off).cloned().unwrap_or(UserAddr::Unknown),
+                STATUS_IP => self.ips[&(tgid, off)].clone(),
                 _ => UserAddr::Unknown,
             })
             .collect();
