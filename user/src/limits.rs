@@ -41,6 +41,16 @@ pub fn check_duration(d: Duration) -> Result<Duration, String> {
     }
 }
 
+/// Checks that a process to follow exists (`-p`); `None` follows every task.
+pub fn check_pid(pid: Option<u32>) -> Result<(), String> {
+    match pid {
+        Some(p) if p == 0 || !std::path::Path::new("/proc").join(p.to_string()).exists() => {
+            Err(format!("no process {p}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn duration_error(secs: f64) -> String {
     format!("the duration must be more than 0 and at most a day, not {secs}")
 }
@@ -57,6 +67,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pids() {
+        assert_eq!(check_pid(None), Ok(()));
+        assert_eq!(check_pid(Some(std::process::id())), Ok(()));
+        assert_eq!(check_pid(Some(0)), Err("no process 0".to_string()));
+        assert_eq!(
+            check_pid(Some(4_000_000_000)),
+            Err("no process 4000000000".to_string())
+        );
+    }
 
     #[test]
     fn frequencies() {

@@ -304,12 +304,15 @@ fn cmd_links(verbose: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whom a stack tool follows, for its messages and titles.
+fn who(pid: Option<u32>) -> String {
+    pid.map_or_else(|| "all tasks".to_string(), |p| format!("pid {p}"))
+}
+
 fn cmd_profile(opts: &profile::Options, out: &Outputs) -> Result<()> {
     opts.validate()?;
     let p = profile::record(opts)?;
-    let who = opts
-        .pid
-        .map_or_else(|| "all tasks".to_string(), |p| format!("pid {p}"));
+    let who = who(opts.pid);
     eprintln!(
         "rkf profile: {} samples of {who} on {} cpus at {} Hz for {:.1} s, {} distinct stacks, {} dropped, {} stacks not taken",
         p.samples,
@@ -331,9 +334,7 @@ fn cmd_profile(opts: &profile::Options, out: &Outputs) -> Result<()> {
 fn cmd_offcputime(opts: &offcpu::Options, out: &Outputs) -> Result<()> {
     opts.validate()?;
     let o = offcpu::record(opts)?;
-    let who = opts
-        .pid
-        .map_or_else(|| "all tasks".to_string(), |p| format!("pid {p}"));
+    let who = who(opts.pid);
     let total_us: u64 = o.stacks.stacks.values().map(|c| c.value).sum();
     eprintln!(
         "rkf offcputime: {} intervals of {who} in {:.1} s, {:.3} s off-CPU in all, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken",

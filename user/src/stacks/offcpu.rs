@@ -10,7 +10,6 @@
 
 use std::{
     mem::MaybeUninit,
-    path::Path,
     time::{Duration, Instant},
 };
 
@@ -60,13 +59,7 @@ impl Options {
             "the maximum interval ({} us) does not fit in nanoseconds",
             self.max_us
         );
-        if let Some(pid) = self.pid {
-            ensure!(
-                pid != 0 && Path::new("/proc").join(pid.to_string()).exists(),
-                "no process {pid}"
-            );
-        }
-        Ok(())
+        limits::check_pid(self.pid).map_err(anyhow::Error::msg)
     }
 }
 

@@ -9,7 +9,6 @@
 use std::{
     mem::MaybeUninit,
     os::fd::{AsRawFd, OwnedFd},
-    path::Path,
     time::{Duration, Instant},
 };
 
@@ -54,13 +53,7 @@ impl Options {
             self.kernel || self.user,
             "nothing to sample: neither kernel nor user stacks"
         );
-        if let Some(pid) = self.pid {
-            ensure!(
-                pid != 0 && Path::new("/proc").join(pid.to_string()).exists(),
-                "no process {pid}"
-            );
-        }
-        Ok(())
+        limits::check_pid(self.pid).map_err(anyhow::Error::msg)
     }
 }
 
