@@ -116,8 +116,11 @@ struct rkf_percpu_probe {
  * In a sleepable program (uprobe.s, fentry.s, iter.s, lsm.s, syscall) the kfuncs parse
  * build ids where a page fault is allowed, as bpf_get_stack_sleepable() and
  * bpf_get_task_stack_sleepable() do: a mapped ELF file whose build-id note is not in the
- * page cache still gives its build id.  The kfuncs learn it from the program's aux,
- * which the verifier passes them (KF_IMPLICIT_ARGS); it is not an argument here.
+ * page cache still gives its build id.  They learn that the program is sleepable from
+ * its aux, which the verifier passes them (KF_IMPLICIT_ARGS; it is not an argument
+ * here).  Inside bpf_rcu_read_lock(), bpf_preempt_disable() or bpf_local_irq_save(),
+ * where the program may not sleep, they parse without faults, as non-sleepable programs
+ * do.
  */
 extern long bpf_rkf_get_stack(void *buf, __u32 buf__sz, __u64 flags) __ksym __weak;
 extern long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, __u32 buf__sz,
