@@ -142,9 +142,13 @@ enum Prog {
 ///   the helpers' read left the first page in the page cache, the ip if not.
 pub(super) fn untouched_elf() -> Result<()> {
     modules::require("rkf_stack")?;
-    let libc_path = libc_of(libc::getpid as *const () as u64)?.0;
-    let getpid_off = libc_of(libc::getpid as *const () as u64)?.1;
-    let syscall_off = libc_of(libc::syscall as *const () as u64)?.1;
+    let (libc_path, getpid_off) = libc_of(libc::getpid as *const () as u64)?;
+    let (syscall_libc, syscall_off) = libc_of(libc::syscall as *const () as u64)?;
+    check_eq!(
+        syscall_libc,
+        libc_path,
+        "the file of syscall() and of getpid()"
+    );
     let want_id = {
         let data = fs::read(&libc_path)?;
         let elf = object::File::parse(&*data)?;

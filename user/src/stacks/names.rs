@@ -73,9 +73,7 @@ pub(super) type RawStacks = HashMap<RawStack, Counts>;
 
 /// Adds `value` to the counts of `stack` in `raw`.
 pub(super) fn add(raw: &mut RawStacks, stack: RawStack, value: u64) {
-    let c = raw.entry(stack).or_default();
-    c.count += 1;
-    c.value += value;
+    raw.entry(stack).or_default().add(Counts::one(value));
 }
 
 /// Turns raw stacks into named ones.

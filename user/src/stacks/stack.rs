@@ -94,6 +94,19 @@ pub struct Counts {
     pub value: u64,
 }
 
+impl Counts {
+    /// One sample (on-CPU) or interval (off-CPU) that weighs `value`.
+    pub fn one(value: u64) -> Self {
+        Self { count: 1, value }
+    }
+
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: Counts) {
+        self.count += other.count;
+        self.value += other.value;
+    }
+}
+
 /// Stacks and their counts.
 #[derive(Clone, Debug)]
 pub struct Stacks {
@@ -117,14 +130,12 @@ impl Stacks {
 
     /// Counts one sample of `stack`: `value` cpu nanoseconds or off-CPU microseconds.
     pub fn add(&mut self, stack: Stack, value: u64) {
-        self.add_counts(stack, Counts { count: 1, value });
+        self.add_counts(stack, Counts::one(value));
     }
 
     /// Adds `counts` to those of `stack`.
     pub fn add_counts(&mut self, stack: Stack, counts: Counts) {
-        let c = self.stacks.entry(stack).or_default();
-        c.count += counts.count;
-        c.value += counts.value;
+        self.stacks.entry(stack).or_default().add(counts);
     }
 
     /// Number of distinct stacks.
