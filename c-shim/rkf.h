@@ -33,10 +33,22 @@
 #define RKF_MULTI_FRAME_CTX	(-56)	/* ctx[0..5]: rdi, rsi, rdx, rcx, r8, r9 */
 #define RKF_MULTI_FRAME_NR_ARGS	(-64)	/* ctx[-1]: the count, bpf_get_func_arg_cnt() */
 #define RKF_MULTI_FRAME_FUNC_IP	(-72)	/* ctx[-2]: the function, bpf_get_func_ip() */
-#define RKF_MULTI_FRAME_FEXIT	(-80)	/* shared trampoline: whether fexit programs wait */
-#define RKF_MULTI_FRAME_SIZE	80	/* bytes below rbp */
+#define RKF_MULTI_FRAME_SIZE	80	/* bytes below rbp: generated trampolines */
 /* The argument slots of ctx: the registers of the x86-64 calling convention. */
 #define RKF_MULTI_MAX_ARGS	6
+
+/*
+ * The shared trampoline's frame goes on below, with what session programs need: a cookie
+ * for each (ctx[-3 - k], bpf_session_cookie(): the verifier inlines it as
+ * &ctx[-((ctx[-1] >> BPF_TRAMP_COOKIE_INDEX_SHIFT) & 0xff)]), the link each cookie
+ * belongs to, and how many sessions ran on entry.
+ */
+#define RKF_MULTI_MAX_SESSIONS		8	/* session programs on one function */
+#define RKF_MULTI_FRAME_COOKIES		(-80)	/* ctx[-3 - k]: cookie k */
+#define RKF_MULTI_FRAME_SESSION_LINKS	(-144)	/* ctx[-11 - k]: cookie k's link id */
+#define RKF_MULTI_FRAME_NR_SESSIONS	(-208)	/* ctx[-19]: cookies in use */
+#define RKF_MULTI_FRAME_FEXIT		(-216)	/* whether the exit programs wait */
+#define RKF_MULTI_SHARED_FRAME_SIZE	224	/* bytes below rbp: the shared trampoline */
 
 #ifndef __ASSEMBLY__
 
@@ -132,7 +144,8 @@ __rkf_safe int get_callchain_buffers(int max_stack);
 
 /**
  * struct rkf_multi_attach_request - attach a program to a set of functions
- * @prog_fd:   a TRACING program loaded as fentry or fexit against rkf_multi_tmpl6()
+ * @prog_fd:   a TRACING program loaded as fentry, fexit or fsession (or their sleepable
+ *             forms) against rkf_multi_tmpl6()
  * @cnt:       how many functions
  * @btf_ids:   __u32[@cnt]: the functions' BTF ids
  * @addrs:     __u64[@cnt]: their addresses, as /proc/kallsyms gives them
@@ -179,7 +192,7 @@ struct rkf_multi_func_info {
  * @id:      in: 0 for this file's link, or N for the first link whose id is N or more;
  *           out: its id (ids start at 1 and grow)
  * @prog_id: out: the program's id
- * @fexit:   out: 1 for fexit, 0 for fentry
+ * @kind:    out: RKF_MULTI_KIND_FENTRY, _FEXIT or _SESSION
  * @cnt:     out: its functions
  * @buf_cnt: in: the room in @funcs
  * @funcs:   in: struct rkf_multi_func_info[@buf_cnt], filled with the first ones
@@ -188,12 +201,17 @@ struct rkf_multi_func_info {
 struct rkf_multi_link_info {
 	__u64 id;
 	__u32 prog_id;
-	__u32 fexit;
+	__u32 kind;
 	__u32 cnt;
 	__u32 buf_cnt;
 	__u64 funcs;
 	__u64 next_id;
 };
+
+/* What a link's program runs on: struct rkf_multi_link_info.kind. */
+#define RKF_MULTI_KIND_FENTRY	0	/* entry: fentry, fentry.s */
+#define RKF_MULTI_KIND_FEXIT	1	/* exit: fexit, fexit.s */
+#define RKF_MULTI_KIND_SESSION	2	/* both: fsession, fsession.s */
 
 #define RKF_MULTI_IOC_TYPE	'r'
 #define RKF_MULTI_IOC_NR_ATTACH	1
@@ -225,11 +243,14 @@ struct rkf_multi_stats {
  * @prog:   the program (the link holds the reference)
  * @cookie: its cookie on this function
  * @stats:  its counters on this function (the link owns them)
+ * @link:   its link's id, which is never reused: what a session's exit run finds the
+ *          cookie of its entry run by
  */
 struct rkf_multi_prog {
 	struct bpf_prog *prog;
 	u64 cookie;
 	struct rkf_multi_stats *stats;
+	u64 link;
 };
 
 /**
@@ -240,15 +261,18 @@ struct rkf_multi_prog {
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
  * @sleepable: 1 if one of its programs is sleepable: it then takes the shared trampoline,
  *             which runs its sleepable programs under RCU tasks trace instead of RCU
+ * @nr_session: session programs (at most RKF_MULTI_MAX_SESSIONS), after the fentry ones
  * @nr_fentry: fentry programs, in @first.., in attach order
- * @nr_progs:  all programs: the fexit ones follow the fentry ones
+ * @nr_progs:  all programs: the session ones follow the fentry ones, and the fexit ones
+ *             the session ones
  * @first:     its first program in the table's @progs
  */
 struct rkf_multi_func {
 	unsigned long ret_ip;
 	unsigned long addr;
 	u16 nr_args;
-	u16 sleepable;
+	u8 sleepable;
+	u8 nr_session;
 	u32 nr_fentry;
 	u32 nr_progs;
 	u32 first;
@@ -302,7 +326,7 @@ __rkf_safe void rkf_multi_wait_frames(void);
 
 /* c-shim/rkf_multi_check.c: programs and functions, checked. */
 extern const struct btf_kfunc_id_set rkf_multi_fmodret_set;
-struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, bool *sleepable, u32 *id);
+struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id);
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);

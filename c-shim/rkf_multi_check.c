@@ -17,8 +17,8 @@
 /**
  * rkf_multi_prog_get() - take a program to attach
  * @fd:    its fd
- * @fexit: set to whether it is an fexit program
- * @sleepable: set to whether it is sleepable (fentry.s, fexit.s)
+ * @kind:  set to what it runs on: RKF_MULTI_KIND_FENTRY, _FEXIT or _SESSION
+ * @sleepable: set to whether it is sleepable (fentry.s, fexit.s, fsession.s)
  * @id:    set to its id
  *
  * The program is checked by the function it was verified against, its name and module:
@@ -26,27 +26,37 @@
  * kernel renumbers at load time (kernel/bpf/btf_relocate.c) without patching the list.
  *
  * Return: the program, with a reference for bpf_prog_put(), or ERR_PTR(-EBADF) (not a
- * program fd) or ERR_PTR(-EINVAL) (not a TRACING fentry/fexit program loaded against
- * rkf_multi_tmpl6()).
+ * program fd) or ERR_PTR(-EINVAL) (not a TRACING fentry, fexit or fsession program
+ * loaded against rkf_multi_tmpl6()).
  */
-struct bpf_prog *rkf_multi_prog_get(u32 fd, bool *fexit, bool *sleepable, u32 *id)
+struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id)
 {
 	struct bpf_prog *prog = bpf_prog_get_type_dev(fd, BPF_PROG_TYPE_TRACING, false);
 
 	if (IS_ERR(prog))
 		return prog;
-	if ((prog->expected_attach_type != BPF_TRACE_FENTRY &&
-	     prog->expected_attach_type != BPF_TRACE_FEXIT) ||
-	    prog->aux->mod != THIS_MODULE || !prog->aux->attach_func_name ||
-	    strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6") ||
-	    prog->aux->dst_prog) {
-		bpf_prog_put(prog);
-		return ERR_PTR(-EINVAL);
+	switch (prog->expected_attach_type) {
+	case BPF_TRACE_FENTRY:
+		*kind = RKF_MULTI_KIND_FENTRY;
+		break;
+	case BPF_TRACE_FEXIT:
+		*kind = RKF_MULTI_KIND_FEXIT;
+		break;
+	case BPF_TRACE_FSESSION:
+		*kind = RKF_MULTI_KIND_SESSION;
+		break;
+	default:
+		goto refuse;
 	}
-	*fexit = prog->expected_attach_type == BPF_TRACE_FEXIT;
+	if (prog->aux->mod != THIS_MODULE || !prog->aux->attach_func_name ||
+	    strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6") || prog->aux->dst_prog)
+		goto refuse;
 	*sleepable = prog->sleepable;
 	*id = prog->aux->id;
 	return prog;
+refuse:
+	bpf_prog_put(prog);
+	return ERR_PTR(-EINVAL);
 }
 
 /**

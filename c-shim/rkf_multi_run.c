@@ -34,9 +34,11 @@ static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARG
  * @a4: the fifth
  * @a5: the sixth
  *
- * SEC("fentry/rkf_multi_tmpl6") or SEC("fexit/rkf_multi_tmpl6"), or their sleepable
- * "fentry.s/" and "fexit.s/" forms: the program reads the traced function's arguments as
- * six u64 (and, in fexit, its return value) through ctx, which is the trampoline's frame.
+ * SEC("fentry/rkf_multi_tmpl6"), SEC("fexit/rkf_multi_tmpl6") or
+ * SEC("fsession/rkf_multi_tmpl6"), or their sleepable "fentry.s/", "fexit.s/" and
+ * "fsession.s/" forms: the program reads the traced function's arguments as six u64
+ * (and, in fexit and fsession, its return value) through ctx, which is the trampoline's
+ * frame.
  * Never called, never traced.
  *
  * Return: 0.
@@ -214,24 +216,123 @@ static notrace void rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 }
 
 /*
+ * Session programs keep a cookie each in the shared trampoline's frame, from the entry
+ * run to the exit run of a call, and the id of the link it belongs to (c-shim/rkf.h):
+ * the exit finds a session's cookie by its link, in whatever table is published then.
+ */
+#define RKF_MULTI_COOKIE(ctx, k)	((ctx)[-3 - (long)(k)])
+#define RKF_MULTI_SESSION_LINK(ctx, k)	((ctx)[-3 - RKF_MULTI_MAX_SESSIONS - (long)(k)])
+#define RKF_MULTI_NR_SESSIONS(ctx)	((ctx)[-3 - 2 * RKF_MULTI_MAX_SESSIONS])
+static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_COOKIES == 8 * 3);	/* ctx[-3] */
+static_assert(RKF_MULTI_FRAME_COOKIES - RKF_MULTI_FRAME_SESSION_LINKS == 8 * 8);
+static_assert(RKF_MULTI_FRAME_SESSION_LINKS - RKF_MULTI_FRAME_NR_SESSIONS == 8 * 8);
+static_assert(RKF_MULTI_FRAME_NR_SESSIONS - RKF_MULTI_FRAME_FEXIT == 8);
+static_assert(RKF_MULTI_SHARED_FRAME_SIZE + RKF_MULTI_FRAME_FEXIT == 8);
+static_assert(RKF_MULTI_MAX_SESSIONS == 8);
+/* A cookie's index (3 + k) fits the 8 bits the verifier reads it from. */
+static_assert(3 + RKF_MULTI_MAX_SESSIONS <= 0xff);
+
+/*
+ * ctx[-1] for session program @k: the argument count, the cookie's index as
+ * bpf_session_cookie() reads it, and on exit the is-return bit, as the JIT's invoke_bpf()
+ * writes them for fsession programs.
+ */
+static __always_inline u64 rkf_multi_session_meta(const struct rkf_multi_func *f, u32 k, bool exit)
+{
+	u64 meta = f->nr_args | (u64)(3 + k) << BPF_TRAMP_COOKIE_INDEX_SHIFT;
+
+	return exit ? meta | BIT_ULL(BPF_TRAMP_IS_RETURN_SHIFT) : meta;
+}
+
+/* One program; @any: as rkf_multi_run_any(), under RCU tasks trace only. */
+static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u64 *ctx,
+					      bool any)
+{
+	if (any)
+		rkf_multi_run_any(p, ctx);
+	else
+		rkf_multi_run(p, ctx);
+}
+
+/*
+ * The entry runs of function @f (its programs at @p): its fentry programs, then the entry
+ * runs of its session programs, each with a zeroed cookie.  On entry a session reads 0
+ * as the return value, in ctx[6] and in ctx[nr_args] where bpf_get_func_ret() reads it,
+ * as a BPF trampoline zeroes its return value slot; ctx[nr_args] is an argument
+ * register's slot below six arguments, and gets its value back for the call.
+ */
+static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
+					    const struct rkf_multi_prog *p, u64 *ctx, bool any)
+{
+	const struct rkf_multi_prog *s = &p[f->nr_fentry];
+	u32 i, n = f->nr_session;
+	u64 reg;
+
+	ctx[-1] = f->nr_args;
+	ctx[-2] = f->addr;
+	for (i = 0; i < f->nr_fentry; i++)
+		rkf_multi_run_one(&p[i], ctx, any);
+	if (f->nr_progs == f->nr_fentry)
+		return;
+	RKF_MULTI_NR_SESSIONS(ctx) = n;
+	if (!n)
+		return;
+	for (i = 0; i < n; i++) {
+		RKF_MULTI_COOKIE(ctx, i) = 0;
+		RKF_MULTI_SESSION_LINK(ctx, i) = s[i].link;
+	}
+	reg = ctx[f->nr_args];
+	ctx[f->nr_args] = 0;
+	for (i = 0; i < n; i++) {
+		ctx[-1] = rkf_multi_session_meta(f, i, false);
+		rkf_multi_run_one(&s[i], ctx, any);
+	}
+	ctx[-1] = f->nr_args;
+	ctx[f->nr_args] = reg;
+}
+
+/*
+ * The exit runs of function @f (its programs at @p), the return value in place: the exit
+ * runs of its session programs that ran on entry, each with the cookie it had there (a
+ * session attached since runs from the next call on), then its fexit programs.
+ */
+static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
+					   const struct rkf_multi_prog *p, u64 *ctx, bool any)
+{
+	const struct rkf_multi_prog *s = &p[f->nr_fentry];
+	u32 i, k, entered = min_t(u64, RKF_MULTI_NR_SESSIONS(ctx), RKF_MULTI_MAX_SESSIONS);
+
+	for (i = 0; i < f->nr_session; i++) {
+		for (k = 0; k < entered; k++)
+			if (RKF_MULTI_SESSION_LINK(ctx, k) == s[i].link)
+				break;
+		if (k == entered)
+			continue;
+		ctx[-1] = rkf_multi_session_meta(f, k, true);
+		rkf_multi_run_one(&s[i], ctx, any);
+	}
+	ctx[-1] = f->nr_args;
+	for (i = f->nr_fentry + f->nr_session; i < f->nr_progs; i++)
+		rkf_multi_run_one(&p[i], ctx, any);
+}
+
+/*
  * The run of a function with sleepable programs, for rkf_multi_shared_fentry() (@entry:
- * its fentry programs) and rkf_multi_shared_fexit() (its fexit ones), with the frame
- * counted in flight (@in_flight: it already is, since the function's entry).  The
- * function is looked up again, under RCU and RCU tasks trace both: the table may have
- * changed since the caller's lookup.  Only a table in which the function still has a
- * sleepable program is freed after an RCU tasks trace grace period
- * (rust/multi/registry.rs), so only then may RCU be dropped for the run; otherwise the
- * programs run under RCU, as in the caller.  Returns whether the trampoline must come
- * back for fexit programs; the frame then stays in flight.
+ * its entry runs) and rkf_multi_shared_fexit() (its exit runs), with the frame counted
+ * in flight (@in_flight: it already is, since the function's entry).  The function is
+ * looked up again, under RCU and RCU tasks trace both: the table may have changed since
+ * the caller's lookup.  Only a table in which the function still has a sleepable program
+ * is freed after an RCU tasks trace grace period (rust/multi/registry.rs), so only then
+ * may RCU be dropped for the run; otherwise the programs run under RCU, as in the
+ * caller.  Returns whether the trampoline must come back for exit runs; the frame then
+ * stays in flight.
  */
 static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret_ip,
 						     bool entry, bool in_flight)
 {
-	const struct rkf_multi_prog *p = NULL;
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 	bool fexit = false;
-	u32 i, first = 0, last = 0;
 
 	if (!in_flight)
 		atomic_long_inc(&rkf_multi_frames);
@@ -239,26 +340,20 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
 	rkf_multi_run_lock();
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);
-	if (f) {
-		p = &t->progs[f->first];
-		if (entry) {
-			ctx[-1] = f->nr_args;
-			ctx[-2] = f->addr;
-			last = f->nr_fentry;
-			fexit = f->nr_progs > f->nr_fentry;
-		} else {
-			first = f->nr_fentry;
-			last = f->nr_progs;
-		}
-	}
+	if (f && entry)
+		fexit = f->nr_progs > f->nr_fentry;
 	if (f && !f->sleepable) {
-		for (i = first; i < last; i++)
-			rkf_multi_run(&p[i], ctx);
+		if (entry)
+			rkf_multi_enter(f, &t->progs[f->first], ctx, false);
+		else
+			rkf_multi_exit(f, &t->progs[f->first], ctx, false);
 		rkf_multi_run_unlock();
 	} else {
 		rkf_multi_run_unlock();
-		for (i = first; i < last; i++)
-			rkf_multi_run_any(&p[i], ctx);
+		if (f && entry)
+			rkf_multi_enter(f, &t->progs[f->first], ctx, true);
+		else if (f)
+			rkf_multi_exit(f, &t->progs[f->first], ctx, true);
 	}
 	rcu_read_unlock_trace();
 	if (!fexit)
@@ -268,21 +363,22 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
 
 /**
  * rkf_multi_shared_fentry() - the shared trampoline's call on function entry
- * @ctx:    the frame: ctx[0..5] the argument registers, ctx[6] the return value slot,
- *          ctx[-1] the argument count and ctx[-2] the function's address (set here)
+ * @ctx:    the frame: ctx[0..5] the argument registers, ctx[6] the return value slot
+ *          (zeroed), ctx[-1] the argument count and ctx[-2] the function's address (set
+ *          here), the session cookies below (c-shim/rkf.h)
  * @ret_ip: the return address into the traced function
  *
- * Runs the fentry programs of the function in attach order.
+ * Runs the fentry programs of the function in attach order, then the entry runs of its
+ * session programs.
  *
- * Return: 1 if the trampoline must call the function and come back for fexit programs
- * (a frame is then in flight until rkf_multi_shared_fexit()), 0 otherwise.
+ * Return: 1 if the trampoline must call the function and come back for exit runs (a
+ * frame is then in flight until rkf_multi_shared_fexit()), 0 otherwise.
  */
 notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 {
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 	u64 fexit = 0;
-	u32 i;
 
 	rkf_multi_run_lock();
 	/* Once: the function and its programs must come from the same table. */
@@ -293,12 +389,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 		return rkf_multi_run_sleepable(ctx, ret_ip, true, false);
 	}
 	if (f) {
-		const struct rkf_multi_prog *p = &t->progs[f->first];
-
-		ctx[-1] = f->nr_args;
-		ctx[-2] = f->addr;
-		for (i = 0; i < f->nr_fentry; i++)
-			rkf_multi_run(&p[i], ctx);
+		rkf_multi_enter(f, &t->progs[f->first], ctx, false);
 		if (f->nr_progs > f->nr_fentry) {
 			atomic_long_inc(&rkf_multi_frames);
 			fexit = 1;
@@ -313,13 +404,13 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
  * @ctx:    as for rkf_multi_shared_fentry(); ctx[6] holds the return value
  * @ret_ip: as for rkf_multi_shared_fentry()
  *
- * Runs the fexit programs the function has now (a link detached meanwhile runs no more).
+ * Runs the exit runs the function has now: those of its session programs that ran on
+ * entry, then its fexit programs (a link detached meanwhile runs no more).
  */
 notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 {
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
-	u32 i;
 
 	/* bpf_get_func_ret() reads the slot after the last argument. */
 	ctx[ctx[-1] & 0xff] = ctx[RKF_MULTI_CTX_RET];
@@ -331,12 +422,8 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 		rkf_multi_run_sleepable(ctx, ret_ip, false, true);
 		return;
 	}
-	if (f) {
-		const struct rkf_multi_prog *p = &t->progs[f->first];
-
-		for (i = f->nr_fentry; i < f->nr_progs; i++)
-			rkf_multi_run(&p[i], ctx);
-	}
+	if (f)
+		rkf_multi_exit(f, &t->progs[f->first], ctx, false);
 	rkf_multi_run_unlock();
 	rkf_multi_frame_done();
 }

@@ -43,7 +43,7 @@ SYM_FUNC_START(rkf_multi_tramp)
 	CALL_DEPTH_ACCOUNT
 	pushq	%rbp
 	movq	%rsp, %rbp
-	subq	$RKF_MULTI_FRAME_SIZE, %rsp
+	subq	$RKF_MULTI_SHARED_FRAME_SIZE, %rsp
 	movq	%rdi, CTX(0)
 	movq	%rsi, CTX(1)
 	movq	%rdx, CTX(2)

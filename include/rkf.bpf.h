@@ -213,4 +213,34 @@ static __always_inline long __rkf_stack_bounded(long ret, __u32 size)
 #define RKF_MULTI_FENTRY_S SEC("fentry.s/rkf_multi_tmpl6")
 #define RKF_MULTI_FEXIT_S SEC("fexit.s/rkf_multi_tmpl6")
 
+/*
+ * Session programs, as upstream's fsession: one program that runs on entry and on exit
+ * of every function of its link.  bpf_session_is_return(ctx) tells the two runs apart,
+ * and bpf_session_cookie(ctx) points to a u64 of this call, zeroed before the entry run
+ * and read back on the exit run (the verifier inlines both).  On entry the return value
+ * (the seventh u64, and bpf_get_func_ret()) reads 0.  A session that attaches while a
+ * call is in flight runs on its next call, not on the exit of that one; one that
+ * detaches runs no more, not even on the exit of calls it entered.
+ *
+ *	RKF_MULTI_FSESSION
+ *	int BPF_PROG(on_both, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+ *	{
+ *		__u64 *start = bpf_session_cookie(ctx);
+ *
+ *		if (!bpf_session_is_return(ctx))
+ *			*start = bpf_ktime_get_ns();
+ *		else
+ *			... bpf_ktime_get_ns() - *start ...
+ *		return 0;
+ *	}
+ *
+ * A function has room for RKF_MULTI_MAX_SESSIONS session programs (c-shim/rkf.h);
+ * attaching one more fails with E2BIG naming it.
+ */
+#define RKF_MULTI_FSESSION SEC("fsession/rkf_multi_tmpl6")
+#define RKF_MULTI_FSESSION_S SEC("fsession.s/rkf_multi_tmpl6")
+
+extern bool bpf_session_is_return(void *ctx) __ksym __weak;
+extern __u64 *bpf_session_cookie(void *ctx) __ksym __weak;
+
 #endif /* __RKF_BPF_H */

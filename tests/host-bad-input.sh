@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 echo "KTAP version 1"
-echo "1..23"
+echo "1..28"
 kdir=$("$root/scripts/kernel.sh" dir test)
 expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
 expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
@@ -84,6 +84,15 @@ expect_fail offcputime_min_above_max "the minimum interval \(2000 us\) is longer
 expect_fail offcputime_max_overflows "the maximum interval \(18446744073709552 us\) does not fit in nanoseconds" \
 	"$rkf" offcputime -M 18446744073709552
 expect_fail offcputime_kernel_and_user_only "cannot be used with" "$rkf" offcputime -K -U
+# rkf funclatency likewise; a glob is checked against the names of /proc/kallsyms before
+# anything needs the module, BTF or tracefs.
+expect_fail funclatency_zero_duration "duration must be more than 0" "$rkf" funclatency do_nanosleep -d 0
+expect_fail funclatency_no_such_pid "no process 4000000000" "$rkf" funclatency do_nanosleep -p 4000000000
+expect_fail funclatency_two_units "the argument '--milliseconds' cannot be used with '--microseconds'" \
+	"$rkf" funclatency do_nanosleep -m -u
+expect_fail funclatency_no_glob "required arguments were not provided" "$rkf" funclatency
+expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_function_\* \(in /proc/kallsyms\)" \
+	"$rkf" funclatency 'rkf_no_such_function_*' -d 1
 # A VM that cannot finish in time fails the run, with a message.
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 

@@ -9,9 +9,17 @@ pub const RKF_MULTI_FRAME_RET: i32 = -8;
 pub const RKF_MULTI_FRAME_CTX: i32 = -56;
 pub const RKF_MULTI_FRAME_NR_ARGS: i32 = -64;
 pub const RKF_MULTI_FRAME_FUNC_IP: i32 = -72;
-pub const RKF_MULTI_FRAME_FEXIT: i32 = -80;
 pub const RKF_MULTI_FRAME_SIZE: u32 = 80;
 pub const RKF_MULTI_MAX_ARGS: u32 = 6;
+pub const RKF_MULTI_MAX_SESSIONS: u32 = 8;
+pub const RKF_MULTI_FRAME_COOKIES: i32 = -80;
+pub const RKF_MULTI_FRAME_SESSION_LINKS: i32 = -144;
+pub const RKF_MULTI_FRAME_NR_SESSIONS: i32 = -208;
+pub const RKF_MULTI_FRAME_FEXIT: i32 = -216;
+pub const RKF_MULTI_SHARED_FRAME_SIZE: u32 = 224;
+pub const RKF_MULTI_KIND_FENTRY: u32 = 0;
+pub const RKF_MULTI_KIND_FEXIT: u32 = 1;
+pub const RKF_MULTI_KIND_SESSION: u32 = 2;
 pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
@@ -43,7 +51,7 @@ pub struct rkf_multi_func_info {
 pub struct rkf_multi_link_info {
     pub id: __u64,
     pub prog_id: __u32,
-    pub fexit: __u32,
+    pub kind: __u32,
     pub cnt: __u32,
     pub buf_cnt: __u32,
     pub funcs: __u64,
@@ -59,13 +67,15 @@ pub struct rkf_multi_prog {
     pub prog: *mut bpf_prog,
     pub cookie: u64_,
     pub stats: *mut rkf_multi_stats,
+    pub link: u64_,
 }
 #[repr(C)]
 pub struct rkf_multi_func {
     pub ret_ip: ffi::c_ulong,
     pub addr: ffi::c_ulong,
     pub nr_args: u16_,
-    pub sleepable: u16_,
+    pub sleepable: u8_,
+    pub nr_session: u8_,
     pub nr_fentry: u32_,
     pub nr_progs: u32_,
     pub first: u32_,
@@ -113,7 +123,7 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn rkf_multi_prog_get(
         fd: u32_,
-        fexit: *mut bool_,
+        kind: *mut u32_,
         sleepable: *mut bool_,
         id: *mut u32_,
     ) -> *mut bpf_prog;

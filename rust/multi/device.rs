@@ -63,7 +63,7 @@ crate::abi_check::assert_same_layout!(
     rkf_h::rkf_multi_link_info,
     id,
     prog_id,
-    fexit,
+    kind,
     cnt,
     buf_cnt,
     funcs,
@@ -73,6 +73,9 @@ const _: () = {
     assert!(abi::IOC_TYPE == rkf_h::RKF_MULTI_IOC_TYPE);
     assert!(abi::IOC_NR_ATTACH as u32 == rkf_h::RKF_MULTI_IOC_NR_ATTACH);
     assert!(abi::IOC_NR_INFO as u32 == rkf_h::RKF_MULTI_IOC_NR_INFO);
+    assert!(abi::Kind::Fentry as u32 == rkf_h::RKF_MULTI_KIND_FENTRY);
+    assert!(abi::Kind::Fexit as u32 == rkf_h::RKF_MULTI_KIND_FEXIT);
+    assert!(abi::Kind::Session as u32 == rkf_h::RKF_MULTI_KIND_SESSION);
 };
 
 const IOC_ATTACH: u32 = _IOWR::<AttachRequest>(abi::IOC_TYPE as u32, abi::IOC_NR_ATTACH as u32);

@@ -132,14 +132,7 @@ pub(crate) fn generate(
     let mut slots = KVVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_slots, GFP_KERNEL)?;
     for f in funcs {
         for p in f.progs {
-            slots.push(
-                rkf_h::rkf_multi_prog {
-                    prog: p.prog,
-                    cookie: p.cookie,
-                    stats: p.stats,
-                },
-                GFP_KERNEL,
-            )?;
+            slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
     let size32 = u32::try_from(size).map_err(|_| E2BIG)?;

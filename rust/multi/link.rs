@@ -14,7 +14,10 @@ use super::{
     refs::{ModuleRef, ProgRef},
     request::Target,
 };
-use crate::{abi::FuncInfo, rkf_h};
+use crate::{
+    abi::{FuncInfo, Kind},
+    rkf_h,
+};
 
 /// An attached link.
 pub(crate) struct Link {
@@ -24,8 +27,8 @@ pub(crate) struct Link {
     pub(crate) prog: ProgRef,
     /// The program's id.
     pub(crate) prog_id: u32,
-    /// An fexit program, rather than fentry.
-    pub(crate) fexit: bool,
+    /// What the program runs on.
+    pub(crate) kind: Kind,
     /// A sleepable program: its functions take the shared trampoline, and what its runs
     /// read is freed after an RCU tasks trace grace period too.
     pub(crate) sleepable: bool,

@@ -5,7 +5,7 @@
 
 use kernel::{bindings, prelude::*};
 
-use crate::rkf_h;
+use crate::{abi::Kind, rkf_h};
 
 /// A reference on an rkf_multi program, from `rkf_multi_prog_get()`.
 ///
@@ -23,9 +23,9 @@ unsafe impl Send for ProgRef {}
 pub(crate) struct Prog {
     /// The reference.
     pub(crate) prog: ProgRef,
-    /// An fexit program, rather than fentry.
-    pub(crate) fexit: bool,
-    /// A sleepable program (fentry.s, fexit.s).
+    /// What it runs on.
+    pub(crate) kind: Kind,
+    /// A sleepable program (fentry.s, fexit.s, fsession.s).
     pub(crate) sleepable: bool,
     /// Its id.
     pub(crate) id: u32,
@@ -34,14 +34,17 @@ pub(crate) struct Prog {
 impl ProgRef {
     /// Takes the program `fd`, checked to be an rkf_multi program.
     pub(crate) fn get(fd: u32) -> Result<Prog> {
-        let (mut fexit, mut sleepable, mut id) = (false, false, 0u32);
+        let (mut kind, mut sleepable, mut id) = (0u32, false, 0u32);
         // SAFETY: the out-pointers are valid; the shim checks everything about `fd`.
-        let p = unsafe { rkf_h::rkf_multi_prog_get(fd, &mut fexit, &mut sleepable, &mut id) };
+        let p = unsafe { rkf_h::rkf_multi_prog_get(fd, &mut kind, &mut sleepable, &mut id) };
         let p = kernel::error::from_err_ptr(p)?;
         // INVARIANT: the shim returned a reference.
+        let prog = Self { ptr: p };
+        // The shim only returns the three kinds.
+        let kind = Kind::from_raw(kind).ok_or(EINVAL)?;
         Ok(Prog {
-            prog: Self { ptr: p },
-            fexit,
+            prog,
+            kind,
             sleepable,
             id,
         })

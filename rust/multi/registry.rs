@@ -17,8 +17,8 @@ use super::{
     table::{self, Generation, Table},
 };
 use crate::{
-    abi::{AttachRequest, LinkInfo},
-    multi_rules::{Reason, MAX_LINKS_PER_FUNC},
+    abi::{AttachRequest, Kind, LinkInfo},
+    multi_rules::{Reason, MAX_LINKS_PER_FUNC, MAX_SESSIONS_PER_FUNC},
 };
 
 /// Every link, and the table built from them.
@@ -86,16 +86,21 @@ impl Registry {
     /// Limits per function, against the links already there, and in the same pass the
     /// functions no link holds yet: another direct trampoline must not own them.
     fn check_against_links(&self, c: &Checked) -> Result<(), Refusal> {
+        let session = c.prog.kind == Kind::Session;
         for (t, i) in c.targets.iter() {
-            let mut on_site = 0u32;
+            let (mut on_site, mut sessions) = (0u32, 0u32);
             for l in self.links.iter().filter(|l| l.traces(t.site)) {
                 if l.prog.as_ptr() == c.prog.prog.as_ptr() {
                     return Err(Refusal::new(*i as usize, Reason::SameProgram));
                 }
                 on_site += 1;
+                sessions += u32::from(l.kind == Kind::Session);
             }
             if on_site >= MAX_LINKS_PER_FUNC {
                 return Err(Refusal::new(*i as usize, Reason::TooManyLinks));
+            }
+            if session && sessions >= MAX_SESSIONS_PER_FUNC {
+                return Err(Refusal::new(*i as usize, Reason::TooManySessions));
             }
             if on_site == 0 && ftrace::site_is_taken(t.site) {
                 return Err(Refusal::new(*i as usize, Reason::Busy));
@@ -118,7 +123,7 @@ impl Registry {
                 id,
                 prog: c.prog.prog,
                 prog_id: c.prog.id,
-                fexit: c.prog.fexit,
+                kind: c.prog.kind,
                 sleepable: c.prog.sleepable,
                 targets,
                 stats: Link::new_stats(n)?,
@@ -251,7 +256,7 @@ impl Registry {
         .ok_or(ENOENT)?;
         info.id = l.id;
         info.prog_id = l.prog_id;
-        info.fexit = l.fexit.into();
+        info.kind = l.kind as u32;
         info.cnt = l.targets.len() as u32;
         info.next_id = self
             .links

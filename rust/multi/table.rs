@@ -78,7 +78,7 @@ impl Table {
                 slots.push(
                     Slot {
                         site: t.site,
-                        fexit: l.fexit,
+                        kind: l.kind,
                         seq: l.id,
                         idx: refs.len() as u32,
                     },
@@ -97,6 +97,7 @@ impl Table {
                     prog: l.prog.as_ptr(),
                     cookie: l.targets[ti as usize].cookie,
                     stats: l.stats[ti as usize].get(),
+                    link: l.id,
                 },
                 GFP_KERNEL,
             )?;
@@ -108,6 +109,7 @@ impl Table {
             start,
             end,
             fentry,
+            session,
         } in rules::groups(&slots)
         {
             let (li, ti) = refs[slots[start].idx as usize];
@@ -122,6 +124,8 @@ impl Table {
                     // At most `MAX_ARGS`: rules::check_shape().
                     nr_args: t.nr_args as u16,
                     sleepable: sleepable.into(),
+                    // At most `MAX_SESSIONS_PER_FUNC`: Registry::check_against_links().
+                    nr_session: session as u8,
                     nr_fentry: fentry as u32,
                     nr_progs: (end - start) as u32,
                     first: start as u32,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rkf_multi selftests: fentry and fexit programs on many functions through one link each.
+ * rkf_multi selftests: fentry, fexit and session programs on many functions through one
+ * link each.
  * Each records, per function (found by bpf_get_func_ip()), what it saw: the arguments
  * through ctx and through bpf_get_func_arg(), the argument count, the cookie, and for
  * fexit the return value both ways.  Four more pairs of programs count hits only, for the
@@ -141,6 +142,117 @@ COUNTER(0)
 COUNTER(1)
 COUNTER(2)
 COUNTER(3)
+
+/*
+ * Session programs (upstream's test_session, tools/testing/selftests/bpf/progs/
+ * tracing_multi_session_attach.c): per function, what the entry and the exit run saw.
+ * The entry run finds its cookie zeroed and writes a value of the function's; the exit
+ * run counts the calls whose cookie came back.
+ */
+struct srec {
+	__u64 entries;
+	__u64 exits;
+	__u64 cookie_ok;
+	__u64 nonzero_cookie;
+	__u64 entry_ret;
+	__u64 entry_helper_ret;
+	__u64 exit_ret;
+	__u64 exit_helper_ret;
+	__u64 entry_args[6];
+	__u64 exit_args[6];
+	__u64 nr_args;
+	__u64 attach_cookie;
+	long err;
+};
+
+struct srec session_recs[MAX_FUNCS];
+
+#define SESSION_COOKIE 0xbeafbeafbeafbeafULL
+
+RKF_MULTI_FSESSION
+int BPF_PROG(multi_session, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __u64 a5,
+	     __u64 ret)
+{
+	__u64 a[6] = { a0, a1, a2, a3, a4, a5 };
+	__u64 ip = bpf_get_func_ip(ctx);
+	__u64 *cookie = bpf_session_cookie(ctx);
+	struct srec *r;
+	int s;
+
+	if (!wanted())
+		return 0;
+	s = slot_of(ip);
+	if (s < 0 || s >= MAX_FUNCS) {
+		unknown_ip = ip;
+		return 0;
+	}
+	r = &session_recs[s];
+	if (!bpf_session_is_return(ctx)) {
+		__sync_fetch_and_add(&r->entries, 1);
+		if (*cookie)
+			__sync_fetch_and_add(&r->nonzero_cookie, 1);
+		*cookie = SESSION_COOKIE ^ ip;
+		r->entry_ret = ret;
+		if (bpf_get_func_ret(ctx, &r->entry_helper_ret))
+			r->err = -1;
+		r->nr_args = bpf_get_func_arg_cnt(ctx);
+		r->attach_cookie = bpf_get_attach_cookie(ctx);
+		for (int i = 0; i < 6; i++)
+			r->entry_args[i] = a[i];
+	} else {
+		__sync_fetch_and_add(&r->exits, 1);
+		if (*cookie == (SESSION_COOKIE ^ ip))
+			__sync_fetch_and_add(&r->cookie_ok, 1);
+		r->exit_ret = ret;
+		if (bpf_get_func_ret(ctx, &r->exit_helper_ret))
+			r->err = -2;
+		if (bpf_get_func_arg_cnt(ctx) != r->nr_args)
+			r->err = -3;
+		for (int i = 0; i < 6; i++)
+			r->exit_args[i] = a[i];
+	}
+	return 0;
+}
+
+/*
+ * Sessions k = 0..8 on one function each (a test gives them one): entry and exit runs,
+ * and exits that found the cookie k + 1 the entry wrote into a zeroed cookie.
+ */
+#define NR_SESSIONS 9
+__u64 sess_entry[NR_SESSIONS];
+__u64 sess_exit[NR_SESSIONS];
+__u64 sess_cookie_ok[NR_SESSIONS];
+__u64 sess_nonzero_cookie[NR_SESSIONS];
+
+#define SESSION(k)								\
+RKF_MULTI_FSESSION								\
+int BPF_PROG(session##k)							\
+{										\
+	__u64 *cookie = bpf_session_cookie(ctx);				\
+										\
+	if (!wanted())								\
+		return 0;							\
+	if (!bpf_session_is_return(ctx)) {					\
+		__sync_fetch_and_add(&sess_entry[k], 1);			\
+		if (*cookie)							\
+			__sync_fetch_and_add(&sess_nonzero_cookie[k], 1);	\
+		*cookie = k + 1;						\
+	} else {								\
+		__sync_fetch_and_add(&sess_exit[k], 1);				\
+		if (*cookie == k + 1)						\
+			__sync_fetch_and_add(&sess_cookie_ok[k], 1);		\
+	}									\
+	return 0;								\
+}
+SESSION(0)
+SESSION(1)
+SESSION(2)
+SESSION(3)
+SESSION(4)
+SESSION(5)
+SESSION(6)
+SESSION(7)
+SESSION(8)
 
 /* Not an rkf_multi program: an ordinary fentry program, for the refusal and coexistence tests. */
 SEC("fentry/bpf_fentry_test1")

@@ -9,6 +9,7 @@ use std::io::Write;
 
 use clap::Parser;
 
+mod funclatency;
 mod harness;
 mod kmod;
 mod lifecycle;
@@ -94,6 +95,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .chain(stack::TESTS)
         .chain(profile::TESTS)
         .chain(offcpu::TESTS)
+        .chain(funclatency::TESTS)
         .chain(multi::TESTS)
         .chain(privilege::TESTS)
         .chain(lifecycle::TESTS)

@@ -12,6 +12,7 @@
 //! call away, so it never runs on this kernel.)
 
 mod run_path;
+mod session;
 mod sleepable;
 
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
@@ -105,6 +106,18 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_sleepable_exact_counts_under_attach_storm",
         run: sleepable::sleepable_storm,
+    },
+    Test {
+        name: "multi_session_vmlinux_and_module",
+        run: session::session_vmlinux_and_module,
+    },
+    Test {
+        name: "multi_session_attach_detach_in_flight",
+        run: session::session_in_flight,
+    },
+    Test {
+        name: "multi_session_cookies_per_program_and_limit",
+        run: session::session_limit,
     },
 ];
 
@@ -217,6 +230,17 @@ fn reset(skel: &mut MultiSkel<'_>) -> Result<()> {
     }
     for c in bss.counts.iter_mut() {
         c.fill(0);
+    }
+    for r in bss.session_recs.iter_mut() {
+        *r = Default::default();
+    }
+    for a in [
+        &mut bss.sess_entry,
+        &mut bss.sess_exit,
+        &mut bss.sess_cookie_ok,
+        &mut bss.sess_nonzero_cookie,
+    ] {
+        a.fill(0);
     }
     bss.unknown_ip = 0;
     bss.stack_len = 0;
@@ -983,11 +1007,67 @@ fn raw_attach(prog: &impl AsFd, funcs: &[Func], btf_fds: &[i32]) -> Result<(i32,
 /// with known arguments by bpf_rkf_testmod_multi_run(), which checks their return values:
 /// arguments, argument counts, cookies and return values through ctx and the helpers;
 /// then the refusals of BTF objects that are not a module's.
-fn module_targets() -> Result<()> {
-    use crate::skel::multi_testmod::MultiTestmodSkelBuilder;
+/// A value compared at its type: (mask, value).  Narrow arguments and return values
+/// leave the register's upper bits undefined.
+type Masked = (u64, u64);
+const W32: u64 = 0xffff_ffff;
+
+/// rkf_testmod_multi_test1, 2, 3 and 6 as bpf_rkf_testmod_multi_run() calls them: the
+/// argument count, each argument and the return value, compared at their types.
+const TESTMOD_CALLS: [(u64, &[Masked], Masked); 4] = [
+    (1, &[(W32, 1)], (W32, 2)),
+    (2, &[(0xff, 0xfe), (u64::MAX, 3)], (u64::MAX, 1)),
+    (
+        3,
+        &[(0xffff, 4), (W32, 0xffff_fffb), (u64::MAX, 6)],
+        (u64::MAX, 5),
+    ),
+    (
+        6,
+        &[
+            (u64::MAX, 1),
+            (u64::MAX, 2),
+            (u64::MAX, 3),
+            (u64::MAX, 4),
+            (u64::MAX, 5),
+            (u64::MAX, 6),
+        ],
+        (u64::MAX, 21),
+    ),
+];
+
+/// rkf_testmod's four test targets, by name, and a loaded program that calls each once
+/// with known arguments through bpf_rkf_testmod_multi_run().
+fn testmod_targets() -> Result<Vec<Func>> {
     modules::require("rkf_testmod")?;
     let mut funcs = multi::resolve(&["rkf_testmod:rkf_testmod_multi_test*"])?.funcs;
     funcs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(funcs)
+}
+
+/// Calls each rkf_testmod target once; fails if one returned a wrong value.
+fn run_testmod_targets(tm: &crate::skel::multi_testmod::MultiTestmodSkel<'_>) -> Result<()> {
+    tm.progs
+        .run_testmod_targets
+        .test_run(ProgramInput::default())
+        .context("BPF_PROG_TEST_RUN of run_testmod_targets")?;
+    let bad = tm
+        .maps
+        .data_data
+        .as_deref()
+        .context("no .data")?
+        .bad_returns;
+    check_eq!(
+        bad,
+        0,
+        "bpf_rkf_testmod_multi_run(): functions that returned a wrong value (bit mask)"
+    );
+    Ok(())
+}
+
+fn module_targets() -> Result<()> {
+    use crate::skel::multi_testmod::MultiTestmodSkelBuilder;
+    let funcs = testmod_targets()?;
     let names: Vec<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
     check_eq!(
         names,
@@ -1005,32 +1085,7 @@ fn module_targets() -> Result<()> {
             .all(|f| f.module.as_deref() == Some("rkf_testmod")),
         "resolved as rkf_testmod's: {funcs:?}"
     );
-    // Per function: the argument count, (mask, value) of each argument (narrow arguments
-    // leave the register's upper bits undefined), and (mask, value) of the return value.
-    type Masked = (u64, u64);
-    const W32: u64 = 0xffff_ffff;
-    let want: [(u64, &[Masked], Masked); 4] = [
-        (1, &[(W32, 1)], (W32, 2)),
-        (2, &[(0xff, 0xfe), (u64::MAX, 3)], (u64::MAX, 1)),
-        (
-            3,
-            &[(0xffff, 4), (W32, 0xffff_fffb), (u64::MAX, 6)],
-            (u64::MAX, 5),
-        ),
-        (
-            6,
-            &[
-                (u64::MAX, 1),
-                (u64::MAX, 2),
-                (u64::MAX, 3),
-                (u64::MAX, 4),
-                (u64::MAX, 5),
-                (u64::MAX, 6),
-            ],
-            (u64::MAX, 21),
-        ),
-    ];
-
+    let want = TESTMOD_CALLS;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
     let mut tobj = MaybeUninit::uninit();
@@ -1045,21 +1100,7 @@ fn module_targets() -> Result<()> {
     let info = fentry.info()?;
     check_eq!(info.funcs.len(), funcs.len(), "functions of the link");
     reset(&mut skel)?;
-    tm.progs
-        .run_testmod_targets
-        .test_run(ProgramInput::default())
-        .context("BPF_PROG_TEST_RUN of run_testmod_targets")?;
-    let bad = tm
-        .maps
-        .data_data
-        .as_deref()
-        .context("no .data")?
-        .bad_returns;
-    check_eq!(
-        bad,
-        0,
-        "bpf_rkf_testmod_multi_run(): functions that returned a wrong value (bit mask)"
-    );
+    run_testmod_targets(&tm)?;
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     check_eq!(
         bss.unknown_ip,

@@ -4,6 +4,7 @@
 
 pub mod btf;
 pub mod cpus;
+pub mod funclatency;
 pub mod kallsyms;
 pub mod limits;
 pub mod modules;
@@ -20,6 +21,9 @@ mod skel {
     }
     pub mod funccount {
         include!(concat!(env!("OUT_DIR"), "/funccount.skel.rs"));
+    }
+    pub mod funclatency {
+        include!(concat!(env!("OUT_DIR"), "/funclatency.skel.rs"));
     }
     pub mod percpu_read {
         include!(concat!(env!("OUT_DIR"), "/percpu_read.skel.rs"));

@@ -314,8 +314,8 @@ pub struct LinkInfo {
     pub id: u64,
     /// Its program's id.
     pub prog_id: u32,
-    /// fexit rather than fentry.
-    pub fexit: bool,
+    /// What its program runs on.
+    pub kind: rkf_core::abi::Kind,
     /// Its functions, in site order.
     pub funcs: Vec<FuncInfo>,
 }
@@ -500,7 +500,8 @@ fn info_of(file: &File, id: u64) -> Result<(LinkInfo, u64)> {
         LinkInfo {
             id: req.id,
             prog_id: req.prog_id,
-            fexit: req.fexit != 0,
+            kind: rkf_core::abi::Kind::from_raw(req.kind)
+                .with_context(|| format!("link {}: unknown kind {}", req.id, req.kind))?,
             funcs,
         },
         req.next_id,

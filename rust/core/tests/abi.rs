@@ -29,7 +29,7 @@ fn info_layouts() {
     assert_eq!(offset_of!(FuncInfo, misses), 24);
     assert_eq!(size_of::<LinkInfo>(), 40);
     assert_eq!(offset_of!(LinkInfo, prog_id), 8);
-    assert_eq!(offset_of!(LinkInfo, fexit), 12);
+    assert_eq!(offset_of!(LinkInfo, kind), 12);
     assert_eq!(offset_of!(LinkInfo, cnt), 16);
     assert_eq!(offset_of!(LinkInfo, buf_cnt), 20);
     assert_eq!(offset_of!(LinkInfo, funcs), 24);

@@ -246,7 +246,7 @@ fn fuzz_shape_and_count() {
 
 #[test]
 fn fuzz_links() {
-    let link = (prop::collection::vec(0u64..48, 0..24), any::<bool>());
+    let link = (prop::collection::vec(0u64..48, 0..24), 0u32..3);
     let case = (
         prop::collection::vec(link, 0..10),
         prop::collection::vec(0u64..48, 0..24),
@@ -258,12 +258,13 @@ fn fuzz_links() {
         |(links, op, probe)| {
             // Slots of every link, shuffled by the order the links are given in.
             let mut slots = Vec::new();
-            for (seq, (sites, fexit)) in links.iter().enumerate() {
+            for (seq, (sites, kind)) in links.iter().enumerate() {
                 let set: BTreeSet<u64> = sites.iter().copied().collect();
+                let kind = rkf_core::abi::Kind::from_raw(*kind).unwrap();
                 for (i, &site) in set.iter().enumerate() {
                     slots.push(multi::Slot {
                         site,
-                        fexit: *fexit,
+                        kind,
                         seq: (links.len() - seq) as u64,
                         idx: i as u32,
                     });
@@ -272,7 +273,7 @@ fn fuzz_links() {
             let mut ordered = slots.clone();
             multi::order_slots(&mut ordered);
             let mut want = slots.clone();
-            want.sort_by_key(|s| (s.site, s.fexit, s.seq, s.idx));
+            want.sort_by_key(|s| (s.site, multi::phase(s.kind), s.seq, s.idx));
             prop_assert_eq!(&ordered, &want);
             // Groups: one per site, in order, covering the slots, fentry programs first.
             let mut at = 0;
@@ -282,8 +283,10 @@ fn fuzz_links() {
                 let group = &ordered[g.start..g.end];
                 prop_assert!(group.iter().all(|s| s.site == g.site));
                 prop_assert!(ordered.get(g.end).is_none_or(|s| s.site > g.site));
-                prop_assert_eq!(g.fentry, group.iter().filter(|s| !s.fexit).count());
-                prop_assert!(group[g.fentry..].iter().all(|s| s.fexit));
+                let kinds: Vec<u8> = group.iter().map(|s| multi::phase(s.kind)).collect();
+                prop_assert!(kinds.windows(2).all(|w| w[0] <= w[1]));
+                prop_assert_eq!(g.fentry, kinds.iter().filter(|&&k| k == 0).count());
+                prop_assert_eq!(g.session, kinds.iter().filter(|&&k| k == 1).count());
                 at = g.end;
             }
             prop_assert_eq!(at, ordered.len());

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
+use rkf_core::abi::Kind;
 use rkf_core::multi::*;
 
 /// A plain recursive matcher over `*`, `?` and literals, the reference for glob_match().
@@ -76,14 +77,15 @@ fn counts_and_duplicates() {
 
 #[test]
 fn refusals_round_trip() {
-    for v in 1..=13 {
+    for v in 1..=14 {
         let r = Reason::from_raw(v).unwrap();
         assert_eq!(r as u32, v);
         assert!(!r.describe().is_empty());
         assert!([EINVAL, E2BIG, ENOENT, EBUSY, EBADF].contains(&r.errno()));
     }
     assert_eq!(Reason::from_raw(0), None);
-    assert_eq!(Reason::from_raw(14), None);
+    assert_eq!(Reason::from_raw(15), None);
+    assert_eq!(Reason::TooManySessions.errno(), E2BIG);
     assert_eq!(Reason::Busy.errno(), EBUSY);
     assert_eq!(Reason::MayNotSleep.errno(), EINVAL);
     assert_eq!(Reason::NotTraceable.errno(), ENOENT);
@@ -176,14 +178,16 @@ proptest! {
         prop_assert_eq!(glob_match(a.as_bytes(), b.as_bytes()), a == b);
     }
 
-    /// Links in attach order, each on a set of sites with fentry or fexit: the table has one
-    /// group per site, fentry before fexit, each in attach order, and holds every slot once.
+    /// Links in attach order, each on a set of sites with fentry, session or fexit: the
+    /// table has one group per site, fentry before session before fexit, each in attach
+    /// order, and holds every slot once.
     #[test]
-    fn table_order(links in prop::collection::vec((prop::collection::btree_set(0u64..20, 1..8), any::<bool>()), 1..6)) {
+    fn table_order(links in prop::collection::vec((prop::collection::btree_set(0u64..20, 1..8), 0u32..3), 1..6)) {
         let mut slots = Vec::new();
-        for (seq, (sites, fexit)) in links.iter().enumerate() {
+        for (seq, (sites, kind)) in links.iter().enumerate() {
+            let kind = Kind::from_raw(*kind).unwrap();
             for &site in sites {
-                slots.push(Slot { site, fexit: *fexit, seq: seq as u64, idx: slots.len() as u32 });
+                slots.push(Slot { site, kind, seq: seq as u64, idx: slots.len() as u32 });
             }
         }
         let all = slots.clone();
@@ -197,10 +201,14 @@ proptest! {
         for g in &gs {
             let run = &slots[g.start..g.end];
             prop_assert!(run.iter().all(|s| s.site == g.site));
-            prop_assert!(run[..g.fentry].iter().all(|s| !s.fexit));
-            prop_assert!(run[g.fentry..].iter().all(|s| s.fexit));
-            prop_assert!(run[..g.fentry].windows(2).all(|w| w[0].seq < w[1].seq));
-            prop_assert!(run[g.fentry..].windows(2).all(|w| w[0].seq < w[1].seq));
+            let (fentry, session) = run.split_at(g.fentry);
+            let (session, fexit) = session.split_at(g.session);
+            prop_assert!(fentry.iter().all(|s| s.kind == Kind::Fentry));
+            prop_assert!(session.iter().all(|s| s.kind == Kind::Session));
+            prop_assert!(fexit.iter().all(|s| s.kind == Kind::Fexit));
+            for part in [fentry, session, fexit] {
+                prop_assert!(part.windows(2).all(|w| w[0].seq < w[1].seq));
+            }
             let keys: Vec<u64> = gs.iter().map(|g| 0xffff_ffff_8100_0000 + g.site * 16 + 9).collect();
             let bits = index_bits(keys.len());
             let mut index = vec![0; 1 << bits];

@@ -10,7 +10,7 @@ use comfy_table::CellAlignment::{Left, Right};
 
 use rkf::{
     btf::ValueKind,
-    limits,
+    funclatency, limits,
     percpu::{self, Reading, Target, MAX_VALUE},
     stacks::{offcpu, profile, Stacks},
 };
@@ -107,6 +107,36 @@ enum Cmd {
         duration: Duration,
         /// Print the N most called functions.
         #[arg(short = 'n', long, default_value_t = 20)]
+        top: usize,
+    },
+    /// Time calls of kernel functions, a log2 histogram per function, like bcc's
+    /// funclatency (needs rkf_multi).
+    ///
+    /// One rkf_multi session program on every function matching a GLOB (`vfs_*`, an exact
+    /// name, `MODULE:GLOB`) times each call from entry to exit, nested calls each whole.
+    /// Functions that cannot be traced honestly are left out of a glob, and counted by
+    /// reason.
+    Funclatency {
+        /// Function names or globs.
+        #[arg(required = true)]
+        globs: Vec<String>,
+        /// Seconds to record (fractions allowed, at most a day).
+        #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
+        duration: Duration,
+        /// Only calls of this process (all its threads); the whole system's otherwise.
+        #[arg(short, long)]
+        pid: Option<u32>,
+        /// Histograms in milliseconds.
+        #[arg(short = 'm', long, group = "unit")]
+        milliseconds: bool,
+        /// Histograms in microseconds.
+        #[arg(short = 'u', long, group = "unit")]
+        microseconds: bool,
+        /// Histograms in nanoseconds (the default).
+        #[arg(short = 'n', long, group = "unit")]
+        nanoseconds: bool,
+        /// Print the histograms of the N most called functions.
+        #[arg(short = 'T', long, value_name = "N", default_value_t = 10)]
         top: usize,
     },
     /// List the rkf_multi links: program, functions, hits and misses.
@@ -207,6 +237,22 @@ fn main() -> Result<()> {
             duration,
             top,
         } => cmd_funccount(&globs, duration, top),
+        Cmd::Funclatency {
+            globs,
+            duration,
+            pid,
+            milliseconds,
+            microseconds,
+            nanoseconds: _,
+            top,
+        } => {
+            let opts = funclatency::Options {
+                duration,
+                unit: unit_of(milliseconds, microseconds),
+                pid,
+            };
+            cmd_funclatency(&globs, &opts, top)
+        }
         Cmd::Links { verbose } => cmd_links(verbose),
     }
 }
@@ -233,6 +279,23 @@ fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()>
     if c.counts.len() > top {
         println!("... {} more functions were called", c.counts.len() - top);
     }
+    Ok(())
+}
+
+/// The unit `-m` or `-u` asks for; nanoseconds without either (`-n`).
+fn unit_of(milliseconds: bool, microseconds: bool) -> funclatency::Unit {
+    match (milliseconds, microseconds) {
+        (true, _) => funclatency::Unit::Msecs,
+        (_, true) => funclatency::Unit::Usecs,
+        _ => funclatency::Unit::Nsecs,
+    }
+}
+
+fn cmd_funclatency(globs: &[String], opts: &funclatency::Options, top: usize) -> Result<()> {
+    opts.validate()?;
+    let pats: Vec<&str> = globs.iter().map(String::as_str).collect();
+    let l = funclatency::record(&pats, opts)?;
+    print!("{}", l.report(top));
     Ok(())
 }
 
@@ -270,7 +333,7 @@ fn cmd_links(verbose: bool) -> Result<()> {
     for l in &links {
         let hits: u64 = l.funcs.iter().map(|f| f.hits).sum();
         let misses: u64 = l.funcs.iter().map(|f| f.misses).sum();
-        let kind = if l.fexit { "fexit" } else { "fentry" };
+        let kind = l.kind.name();
         table.row([
             l.id.to_string(),
             l.prog_id.to_string(),
@@ -494,6 +557,40 @@ mod tests {
             format!("{:>5}  {:>#18x}  {:>12}", 1, 0xffff88807dd26f68u64, 1),
         ];
         assert_eq!(t.0.trim_fmt(), old.join("\n"));
+    }
+
+    /// `rkf funclatency`: one unit flag at most, nanoseconds by default, a GLOB needed.
+    #[test]
+    fn funclatency_options() {
+        use rkf::funclatency::Unit::{Msecs, Nsecs, Usecs};
+
+        let parse = |args: &[&str]| {
+            let args = ["rkf", "funclatency"].iter().chain(args);
+            match Cli::try_parse_from(args).map(|c| c.cmd) {
+                Ok(Cmd::Funclatency {
+                    milliseconds,
+                    microseconds,
+                    top,
+                    ..
+                }) => Ok((unit_of(milliseconds, microseconds), top)),
+                Ok(_) => Err("another command".to_string()),
+                Err(e) => Err(e.kind().to_string()),
+            }
+        };
+        assert_eq!(parse(&["vfs_*"]), Ok((Nsecs, 10)));
+        assert_eq!(parse(&["vfs_*", "-n", "-T", "3"]), Ok((Nsecs, 3)));
+        assert_eq!(parse(&["-u", "vfs_*"]), Ok((Usecs, 10)));
+        assert_eq!(parse(&["vfs_*", "--milliseconds"]), Ok((Msecs, 10)));
+        let conflict = Err(
+            "an argument cannot be used with one or more of the other specified arguments"
+                .to_string(),
+        );
+        assert_eq!(parse(&["vfs_*", "-m", "-u"]), conflict);
+        assert_eq!(parse(&["vfs_*", "-u", "-n"]), conflict);
+        assert_eq!(
+            parse(&["-u"]),
+            Err("one or more required arguments were not provided".to_string())
+        );
     }
 
     /// A cell wider than its column widens the column, where a format string would

@@ -30,7 +30,8 @@ pub const IOC_INFO: u32 = iowr(IOC_TYPE, IOC_NR_INFO, size_of::<LinkInfo>());
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AttachRequest {
-    /// A TRACING program loaded as fentry or fexit against `rkf_multi_tmpl6()`.
+    /// A TRACING program loaded as fentry, fexit or fsession (or their sleepable forms)
+    /// against `rkf_multi_tmpl6()`.
     pub prog_fd: u32,
     /// How many functions.
     pub cnt: u32,
@@ -68,6 +69,30 @@ pub struct FuncInfo {
     pub misses: u64,
 }
 
+/// What a link's program runs on (`RKF_MULTI_KIND_*`, [`LinkInfo::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum Kind {
+    /// Function entry: fentry and fentry.s programs.
+    Fentry = 0,
+    /// Function exit: fexit and fexit.s programs.
+    Fexit = 1,
+    /// Both, with a cookie from entry to exit: fsession and fsession.s programs.
+    Session = 2,
+}
+
+impl Kind {
+    /// Decodes [`LinkInfo::kind`].
+    pub fn from_raw(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Fentry),
+            1 => Some(Self::Fexit),
+            2 => Some(Self::Session),
+            _ => None,
+        }
+    }
+}
+
 /// `struct rkf_multi_link_info`: a link, for introspection.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,8 +102,8 @@ pub struct LinkInfo {
     pub id: u64,
     /// Out: the program's id.
     pub prog_id: u32,
-    /// Out: 1 for fexit, 0 for fentry.
-    pub fexit: u32,
+    /// Out: what its program runs on ([`Kind`] as a number).
+    pub kind: u32,
     /// Out: its functions.
     pub cnt: u32,
     /// In: the room in `funcs`.

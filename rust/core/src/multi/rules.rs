@@ -24,6 +24,10 @@ pub const MAX_FUNCS: u32 = 1 << 16;
 /// The most links on one function, the limit of BPF trampolines (`BPF_MAX_TRAMP_LINKS`).
 pub const MAX_LINKS_PER_FUNC: u32 = 38;
 
+/// The most session programs on one function: the cookies of the shared trampoline's
+/// frame (`RKF_MULTI_MAX_SESSIONS`).
+pub const MAX_SESSIONS_PER_FUNC: u32 = 8;
+
 /// The most register arguments a target may take: the trampoline saves six.
 pub const MAX_ARGS: u32 = 6;
 
@@ -64,6 +68,9 @@ pub enum Reason {
     /// The program is sleepable and the function may not sleep ([`may_sleep()`])
     /// (`EINVAL`).
     MayNotSleep = 13,
+    /// Already `MAX_SESSIONS_PER_FUNC` session programs on the function: the shared
+    /// trampoline's frame has that many cookies (`E2BIG`).
+    TooManySessions = 14,
 }
 
 impl Reason {
@@ -72,7 +79,7 @@ impl Reason {
         match self {
             Self::NotAFunction | Self::NotTraceable => ENOENT,
             Self::Busy | Self::SameProgram => EBUSY,
-            Self::TooManyLinks => E2BIG,
+            Self::TooManyLinks | Self::TooManySessions => E2BIG,
             Self::WrongAddress | Self::TooManyArgs | Self::NotInRegisters | Self::Duplicate => {
                 EINVAL
             }

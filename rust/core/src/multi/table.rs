@@ -8,23 +8,37 @@
 //! host against models.  Nothing here allocates, so the kernel calls it on its own
 //! vectors.
 
+use crate::abi::Kind;
+
 /// One program attached to one function through one link, as the table builder sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
     /// The function (its ftrace site).
     pub site: u64,
-    /// fexit rather than fentry.
-    pub fexit: bool,
+    /// What the program runs on.
+    pub kind: Kind,
     /// The link's attach order: older links run first.
     pub seq: u64,
     /// The caller's reference to the attachment.
     pub idx: u32,
 }
 
+/// Where programs of `kind` come in a function's programs: fentry, then session, then
+/// fexit.  The trampoline runs the first two on entry and the last two on exit, so a
+/// session's exit run comes before the fexit programs, as its entry run after the fentry
+/// ones (BPF trampolines run fsession programs in both the fentry and the fexit list).
+pub fn phase(kind: Kind) -> u8 {
+    match kind {
+        Kind::Fentry => 0,
+        Kind::Session => 1,
+        Kind::Fexit => 2,
+    }
+}
+
 /// Orders slots the way the trampoline runs them: by function, fentry programs before
-/// fexit ones, each in attach order.
+/// session ones before fexit ones ([`phase()`]), each in attach order.
 pub fn order_slots(slots: &mut [Slot]) {
-    sort_by_key(slots, |s| (s.site, s.fexit, s.seq, s.idx));
+    sort_by_key(slots, |s| (s.site, phase(s.kind), s.seq, s.idx));
 }
 
 /// Heapsort by `key`: in place, O(n log n), no allocation.
@@ -60,7 +74,8 @@ fn sift_down<T, K: Ord>(v: &mut [T], mut root: usize, end: usize, key: &impl Fn(
     }
 }
 
-/// One function of an ordered slot array: `slots[start..end]`, fentry programs first.
+/// One function of an ordered slot array: `slots[start..end]`, fentry programs first,
+/// then session ones, then fexit ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Group {
     /// The function.
@@ -71,6 +86,8 @@ pub struct Group {
     pub end: usize,
     /// How many of its slots are fentry programs (they come first).
     pub fentry: usize,
+    /// How many are session programs (they come next).
+    pub session: usize,
 }
 
 /// The functions of slots ordered by [`order_slots()`], in site order.
@@ -95,13 +112,20 @@ impl Iterator for Groups<'_> {
             .position(|s| s.site != first.site)
             .unwrap_or(self.slots.len() - start);
         let end = start + len;
-        let fentry = self.slots[start..end].iter().filter(|s| !s.fexit).count();
+        let count = |k| {
+            self.slots[start..end]
+                .iter()
+                .filter(|s| s.kind == k)
+                .count()
+        };
+        let (fentry, session) = (count(Kind::Fentry), count(Kind::Session));
         self.at = end;
         Some(Group {
             site: first.site,
             start,
             end,
             fentry,
+            session,
         })
     }
 }

@@ -4,6 +4,18 @@
 //! and described.  Not built into rkf_multi.
 
 use super::Reason;
+use crate::abi::Kind;
+
+impl Kind {
+    /// Its name, as the program's section names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fentry => "fentry",
+            Self::Fexit => "fexit",
+            Self::Session => "fsession",
+        }
+    }
+}
 
 impl Reason {
     /// Decodes the ABI number.
@@ -22,6 +34,7 @@ impl Reason {
             11 => Self::NotModuleBtf,
             12 => Self::BadFd,
             13 => Self::MayNotSleep,
+            14 => Self::TooManySessions,
             _ => return None,
         })
     }
@@ -46,6 +59,7 @@ impl Reason {
             Self::MayNotSleep => {
                 "the program is sleepable and the function may not sleep (the verifier's rule: a syscall wrapper __x64_*, or on the error injection list)"
             }
+            Self::TooManySessions => "already 8 session programs on it",
         }
     }
 }

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `rkf funclatency`: calls of a known length are counted once each, in the slot of their
+//! length, with their time.
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use nix::{
+    sys::time::TimeSpec,
+    time::{clock_nanosleep, ClockId, ClockNanosleepFlags},
+};
+
+use crate::{check, check_eq, diag, harness::Test};
+use rkf::{
+    funclatency::{self, Options, Unit, SLOTS},
+    modules, multi,
+};
+
+pub const TESTS: &[Test] = &[Test {
+    name: "funclatency_known_latency",
+    run: known_latency,
+}];
+
+/// The sleeper thread's name.
+const SLEEPER: &str = "rkf-fl-sleep";
+/// Sleeps, each of `SLEEP`.
+const SLEEPS: u32 = 5;
+const SLEEP: Duration = Duration::from_millis(20);
+/// The slot of 16,384 to 32,767 us: where a call of at least 20 ms and under 32.768 ms
+/// is counted in microseconds.
+const SLOT: usize = 14;
+
+/// A thread sleeps `SLEEPS` times for `SLEEP` (clock_nanosleep(), CLOCK_MONOTONIC,
+/// relative) while funclatency times do_nanosleep() in this process only (`-p` of its
+/// own pid), in microseconds.  Nothing else in the process calls nanosleep(2) meanwhile:
+/// the runner waits in a join, and funclatency in a futex wait.
+///
+/// Each call takes at least `SLEEP`: do_nanosleep() arms its timer itself, after the
+/// program took the entry time, to expire `SLEEP` after that on CLOCK_MONOTONIC (which
+/// `bpf_ktime_get_ns()` reads too), and returns only once the timer has fired, since no
+/// signal comes to interrupt it (each clock_nanosleep() must return 0).  Each call takes
+/// at most what the thread measured around it on CLOCK_MONOTONIC, which the test requires
+/// to be under 32.768 ms (a wake-up 12.768 ms late or later fails the test, saying so).
+///
+/// So: exactly `SLEEPS` calls of do_nanosleep (no other process's: the pid filter; no
+/// early return: no signal), every one in slot 14 (16,384 to 32,767 us) and no other
+/// slot; in all at least `SLEEPS` x 20 ms and at most the sum of the thread's
+/// measurements; on average at least 20 ms and under 32.768 ms (the slot's end); no exit
+/// of a function without a histogram; and no link left once it returns.
+fn known_latency() -> Result<()> {
+    modules::require("rkf_multi")?;
+    let opts = Options {
+        duration: Duration::from_millis(100),
+        unit: Unit::Usecs,
+        pid: Some(std::process::id()),
+    };
+    let mut slept: Option<Result<Vec<Duration>>> = None;
+    let l = funclatency::record_then(&["do_nanosleep"], &opts, || {
+        // The sleeps all happen here, while the link is attached: funclatency waits its
+        // duration only after this returns.
+        slept = Some(
+            thread::Builder::new()
+                .name(SLEEPER.into())
+                .spawn(sleeps)
+                .map_err(anyhow::Error::from)
+                .and_then(|t| t.join().expect("the sleeper panicked")),
+        );
+    })?;
+    let slept = slept.context("the recording did not start")??;
+    diag!("the sleeper measured {slept:?}");
+    for line in l.report(1).lines() {
+        diag!("{line}");
+    }
+
+    let limit = Duration::from_nanos(32_768_000);
+    for (i, d) in slept.iter().enumerate() {
+        check!(
+            *d < limit,
+            "sleep {i} took {d:?} as the thread measured it, 32.768 ms or more: the wake-up came too late for the test's claim that each call is counted in slot {SLOT}"
+        );
+    }
+    check_eq!(l.attached, 1, "functions attached");
+    check_eq!(l.unknown, 0, "exits of a function without a histogram");
+    let h = l
+        .funcs
+        .iter()
+        .find(|h| h.name == "do_nanosleep")
+        .context("no histogram of do_nanosleep")?;
+    diag!(
+        "do_nanosleep: {} calls, {} ns in all; {} runs missed",
+        h.count,
+        h.total_ns,
+        l.missed
+    );
+    check_eq!(
+        h.count,
+        u64::from(SLEEPS),
+        "calls of do_nanosleep by this process"
+    );
+    let mut want = [0u64; SLOTS];
+    want[SLOT] = u64::from(SLEEPS);
+    check_eq!(
+        h.slots,
+        want,
+        "slots of do_nanosleep in us (all {SLEEPS} in slot {SLOT}: 16384 -> 32767)"
+    );
+
+    let least = u64::try_from((SLEEP * SLEEPS).as_nanos())?;
+    let most = u64::try_from(slept.iter().sum::<Duration>().as_nanos())?;
+    check!(
+        (least..=most).contains(&h.total_ns),
+        "do_nanosleep took {} ns in all, not between {least} ns ({SLEEPS} x {SLEEP:?}) and the {most} ns the thread measured",
+        h.total_ns
+    );
+    let avg = h.total_ns / h.count;
+    check!(
+        (20_000_000..32_768_000).contains(&avg),
+        "do_nanosleep took {avg} ns on average, not at least 20 ms and under 32.768 ms"
+    );
+    check!(
+        multi::links()?.is_empty(),
+        "a link is left after funclatency returned"
+    );
+    Ok(())
+}
+
+/// Sleeps `SLEEPS` times for `SLEEP`, and returns how long each sleep took.
+fn sleeps() -> Result<Vec<Duration>> {
+    let ts = TimeSpec::from_duration(SLEEP);
+    (0..SLEEPS)
+        .map(|i| {
+            let t = Instant::now();
+            clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::empty(), &ts)
+                .with_context(|| format!("clock_nanosleep {i}"))?;
+            Ok(t.elapsed())
+        })
+        .collect()
+}
