@@ -34,7 +34,10 @@
 #
 # TCG is the default.  KVM is used only when a probe boot proved it works on this host
 # (nested KVM hangs on some), and never with --bench or --cpu; RKF_KVM=0 or 1 forces the
-# choice.
+# choice.  TCG runs one host thread per vCPU; RKF_TCG_THREAD=single runs them all on one
+# (qemu's -accel tcg,thread=single): several times as slow, but free of multi-threaded
+# TCG's mishandling of code that one vCPU patches while another runs it (README, "Known
+# problem").
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -131,6 +134,11 @@ if kvm_works; then
 else
 	accel=tcg
 	vng_args+=(--disable-kvm)
+	case ${RKF_TCG_THREAD:-} in
+	"") ;;
+	single|multi) qemu_opts+=(-accel "tcg,thread=$RKF_TCG_THREAD") ;;
+	*) die "RKF_TCG_THREAD is single or multi, not '$RKF_TCG_THREAD'" ;;
+	esac
 fi
 # shellcheck disable=SC2054 # the comma is qemu's
 ((bench)) && qemu_opts+=(-icount shift=0,sleep=off)
@@ -157,6 +165,7 @@ guest_cmd="$foreign $(printf '%q ' "${guest_env[@]}")$RKF_ROOT/scripts/guest-wra
 
 timeout_s=${RKF_VM_TIMEOUT:-1200}
 mode="$accel, 2 vCPUs"
+[[ $accel == tcg && -n ${RKF_TCG_THREAD:-} ]] && mode+=", thread=$RKF_TCG_THREAD"
 ((bench)) && mode+=", -icount shift=0"
 [[ -n $cpu ]] && mode+=", cpu $cpu"
 [[ -n $append ]] && mode+=", kernel args '$append'"

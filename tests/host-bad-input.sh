@@ -95,6 +95,7 @@ expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_fu
 	"$rkf" funclatency 'rkf_no_such_function_*' -d 1
 # A VM that cannot finish in time fails the run, with a message.
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
+expect_fail vm_bad_tcg_thread "RKF_TCG_THREAD is single or multi, not 'one'" env RKF_TCG_THREAD=one RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 
 echo "# totals: pass:$((n - failed)) fail:$failed skip:0"
 echo "host-bad-input: $((n - failed)) passed, $failed failed"
