@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rkf_multi selftests of sleepable programs: fentry.s and fexit.s programs on syscall
+ * rkf_multi selftests of sleepable programs: fentry.s, fexit.s and fsession.s programs on syscall
  * wrappers (struct pt_regs *regs their only argument).  On write(2) each copies the first
  * eight bytes of the task's buffer with bpf_copy_from_user(), which may fault the page
  * in; a non-sleepable fentry program on the same functions reads them with
@@ -106,6 +106,66 @@ int BPF_PROG(sleepable_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u6
 
 	if (r)
 		r->ret = ret;
+	return 0;
+}
+
+/*
+ * A sleepable session (fsession.s): on entry it copies the buffer of write(2) with
+ * bpf_copy_from_user() and writes a cookie of the function's; on exit it counts the calls
+ * whose cookie came back and keeps the return value.
+ */
+struct session_rec {
+	__u64 entries;
+	__u64 exits;
+	__u64 cookie_ok;
+	__u64 nonzero_cookie;
+	__u64 entry_ret;
+	__u64 ret;
+	__u64 value;
+	__u64 magic_reads;
+	long err;
+};
+
+struct session_rec session_recs[MAX_FUNCS];
+/* Input: what the test writes; the session counts the entry runs that read it. */
+__u64 magic;
+
+RKF_MULTI_FSESSION_S
+int BPF_PROG(sleepable_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	__u64 *cookie = bpf_session_cookie(ctx);
+	__u64 want = bpf_get_func_ip(ctx) ^ 0x5e55;
+	struct session_rec *r;
+	long err;
+	void *buf;
+	int i;
+
+	if (!wanted())
+		return 0;
+	i = slot_of(ctx);
+	if (i < 0)
+		return 0;
+	r = &session_recs[i];
+	if (bpf_session_is_return(ctx)) {
+		__sync_fetch_and_add(&r->exits, 1);
+		if (*cookie == want)
+			__sync_fetch_and_add(&r->cookie_ok, 1);
+		r->ret = ret;
+		return 0;
+	}
+	__sync_fetch_and_add(&r->entries, 1);
+	if (*cookie)
+		__sync_fetch_and_add(&r->nonzero_cookie, 1);
+	*cookie = want;
+	r->entry_ret = ret;
+	if (i != write_slot)
+		return 0;
+	buf = write_buf(a0, &err);
+	if (!err)
+		err = bpf_copy_from_user(&r->value, sizeof(r->value), buf);
+	r->err = err;
+	if (!err && r->value == magic)
+		__sync_fetch_and_add(&r->magic_reads, 1);
 	return 0;
 }
 

@@ -104,6 +104,10 @@ pub const TESTS: &[Test] = &[
         run: sleepable::sleepable_refusals,
     },
     Test {
+        name: "multi_sleepable_session",
+        run: sleepable::sleepable_session,
+    },
+    Test {
         name: "multi_sleepable_exact_counts_under_attach_storm",
         run: sleepable::sleepable_storm,
     },

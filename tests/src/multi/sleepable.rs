@@ -20,7 +20,7 @@ use rkf::{
     multi::{self, Func, Link},
     skeleton,
 };
-use rkf_core::multi::Reason;
+use rkf_core::{abi::Kind, multi::Reason};
 
 /// The syscall wrappers traced: both may sleep by the verifier's rule.
 const TARGETS: [&str; 2] = ["__x64_sys_write", "__x64_sys_getpgid"];
@@ -101,6 +101,10 @@ fn reset(skel: &mut MultiSleepableSkel<'_>) -> Result<()> {
         *r = Default::default();
         r.value = UNSET;
     }
+    for r in bss.session_recs.iter_mut() {
+        *r = Default::default();
+        r.value = UNSET;
+    }
     bss.unknown_ip = 0;
     Ok(())
 }
@@ -163,6 +167,83 @@ impl Drop for Page {
 /// thread's calls, cookies, return values, and the buffer copied by each; then writes
 /// from a page that is not present, which only the sleepable programs can read (faulting
 /// it in), and the links' counters.
+/// A sleepable session (fsession.s) on write(2) and getpgid(2): one entry and one exit
+/// run per call of this thread, the cookie written on entry read back on exit, the
+/// return value 0 on entry and the syscall's on exit, and on entry
+/// `bpf_copy_from_user()` of write(2)'s buffer, also from a page that is not present.
+pub(super) fn sleepable_session() -> Result<()> {
+    let funcs = targets()?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let session = attach(&skel.progs.sleepable_session, &funcs, None)?;
+    check_eq!(session.info()?.kind, Kind::Session, "the link's kind");
+    let null = File::options().write(true).open("/dev/null")?;
+    // This thread writes nothing else (no diagnostics) until the records are read.
+    reset(&mut skel)?;
+    skel.maps.bss_data.as_deref_mut().context("no .bss")?.magic = MAGIC;
+    let buf = MAGIC.to_ne_bytes();
+    for _ in 0..WRITES {
+        check_eq!((&null).write(&buf)?, 8, "write(2) to /dev/null");
+    }
+    let page = Page::new()?;
+    check_eq!(
+        write_raw(&null, page.0)?,
+        8,
+        "write(2) from a page not present"
+    );
+    let mut pgid = 0;
+    for _ in 0..GETPGIDS {
+        // SAFETY: getpgid(2) has no memory arguments.
+        pgid = unsafe { libc::getpgid(0) };
+    }
+    check!(pgid > 0, "getpgid(0): {pgid}");
+    let bss = records(&skel)?;
+    let r = &bss.session_recs;
+    for (i, (name, calls, ret)) in [
+        (TARGETS[0], WRITES + 1, 8),
+        (TARGETS[1], GETPGIDS, pgid as u64),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_eq!(
+            (
+                r[i].entries,
+                r[i].exits,
+                r[i].cookie_ok,
+                r[i].nonzero_cookie
+            ),
+            (calls, calls, calls, 0),
+            "fsession.s {name}: entry runs, exit runs, cookies read back, cookies not zeroed"
+        );
+        check_eq!(
+            r[i].entry_ret,
+            0,
+            "fsession.s {name}: the return value on entry"
+        );
+        check_eq!(r[i].ret, ret, "fsession.s {name}: the return value on exit");
+    }
+    check_eq!(
+        r[0].magic_reads,
+        WRITES,
+        "fsession.s write: buffers read on entry"
+    );
+    // The last write(2) was from the page that was not present: it reads its zeros.
+    check_eq!(
+        r[0].value,
+        0,
+        "fsession.s write: the last buffer read (a new page)"
+    );
+    check_eq!(
+        r[0].err,
+        0,
+        "fsession.s write: bpf_copy_from_user()'s error"
+    );
+    check_eq!(r[1].value, UNSET, "fsession.s getpgid: read nothing");
+    drop(page);
+    Ok(())
+}
+
 pub(super) fn sleepable_fentry_fexit() -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
