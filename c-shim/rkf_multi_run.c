@@ -255,32 +255,25 @@ static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u6
 }
 
 /*
- * The entry runs of function @f (its programs at @p): its fentry programs, then the entry
- * runs of its session programs, each with a zeroed cookie.  On entry a session reads 0
- * as the return value, in ctx[6] and in ctx[nr_args] where bpf_get_func_ret() reads it,
- * as a BPF trampoline zeroes its return value slot; ctx[nr_args] is an argument
- * register's slot below six arguments, and gets its value back for the call.
+ * The entry runs of the session programs @s of function @f: each with a zeroed cookie of
+ * its own.  On entry a session reads 0 as the return value, in ctx[6] and in
+ * ctx[nr_args] where bpf_get_func_ret() reads it, as a BPF trampoline zeroes its return
+ * value slot; ctx[nr_args] is an argument register's slot below six arguments, and gets
+ * its value back for the call.  Out of line: functions without sessions do not pay for
+ * it.
  */
-static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
-					    const struct rkf_multi_prog *p, u64 *ctx, bool any)
+static noinline notrace void rkf_multi_sessions_enter(const struct rkf_multi_func *f,
+						      const struct rkf_multi_prog *s,
+						      u64 *ctx, bool any)
 {
-	const struct rkf_multi_prog *s = &p[f->nr_fentry];
 	u32 i, n = f->nr_session;
 	u64 reg;
 
-	ctx[-1] = f->nr_args;
-	ctx[-2] = f->addr;
-	for (i = 0; i < f->nr_fentry; i++)
-		rkf_multi_run_one(&p[i], ctx, any);
-	if (f->nr_progs == f->nr_fentry)
-		return;
-	RKF_MULTI_NR_SESSIONS(ctx) = n;
-	if (!n)
-		return;
 	for (i = 0; i < n; i++) {
 		RKF_MULTI_COOKIE(ctx, i) = 0;
 		RKF_MULTI_SESSION_LINK(ctx, i) = s[i].link;
 	}
+	RKF_MULTI_NR_SESSIONS(ctx) = n;
 	reg = ctx[f->nr_args];
 	ctx[f->nr_args] = 0;
 	for (i = 0; i < n; i++) {
@@ -292,14 +285,13 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
 }
 
 /*
- * The exit runs of function @f (its programs at @p), the return value in place: the exit
- * runs of its session programs that ran on entry, each with the cookie it had there (a
- * session attached since runs from the next call on), then its fexit programs.
+ * The exit runs of the session programs @s of function @f that ran on entry, each with
+ * the cookie it had there: a session attached since runs from the next call on.
  */
-static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
-					   const struct rkf_multi_prog *p, u64 *ctx, bool any)
+static noinline notrace void rkf_multi_sessions_exit(const struct rkf_multi_func *f,
+						     const struct rkf_multi_prog *s,
+						     u64 *ctx, bool any)
 {
-	const struct rkf_multi_prog *s = &p[f->nr_fentry];
 	u32 i, k, entered = min_t(u64, RKF_MULTI_NR_SESSIONS(ctx), RKF_MULTI_MAX_SESSIONS);
 
 	for (i = 0; i < f->nr_session; i++) {
@@ -312,6 +304,38 @@ static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
 		rkf_multi_run_one(&s[i], ctx, any);
 	}
 	ctx[-1] = f->nr_args;
+}
+
+/*
+ * The entry runs of function @f (its programs at @p): its fentry programs, then the entry
+ * runs of its session programs.
+ */
+static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
+					    const struct rkf_multi_prog *p, u64 *ctx, bool any)
+{
+	u32 i;
+
+	ctx[-1] = f->nr_args;
+	ctx[-2] = f->addr;
+	for (i = 0; i < f->nr_fentry; i++)
+		rkf_multi_run_one(&p[i], ctx, any);
+	if (unlikely(f->nr_session))
+		rkf_multi_sessions_enter(f, &p[f->nr_fentry], ctx, any);
+	else
+		RKF_MULTI_NR_SESSIONS(ctx) = 0;
+}
+
+/*
+ * The exit runs of function @f (its programs at @p), the return value in place: those
+ * of its session programs, then its fexit programs.
+ */
+static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
+					   const struct rkf_multi_prog *p, u64 *ctx, bool any)
+{
+	u32 i;
+
+	if (unlikely(f->nr_session))
+		rkf_multi_sessions_exit(f, &p[f->nr_fentry], ctx, any);
 	for (i = f->nr_fentry + f->nr_session; i < f->nr_progs; i++)
 		rkf_multi_run_one(&p[i], ctx, any);
 }

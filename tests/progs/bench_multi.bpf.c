@@ -38,4 +38,90 @@ int kprobe_multi(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * rkf funclatency's measurement (user/bpf/funclatency.bpf.c) three ways: an rkf_multi
+ * session, a kprobe_multi session (kprobe.session) and the kernel's own fsession on the
+ * one function.  Each keeps the time in the call's cookie on entry and, on exit, adds
+ * the time since to the log2 slot of the histogram of the function bpf_get_func_ip()
+ * names (user space puts the function in the map).
+ */
+struct lat_hist {
+	__u64 slots[32];
+	__u64 count;
+	__u64 total_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4);
+	__type(key, __u64);
+	__type(value, struct lat_hist);
+} lat_hists SEC(".maps");
+
+__u64 lat_unknown;
+
+/* floor(log2(v)), 0 for 0 (libbpf-tools' bits.bpf.h), as funclatency.bpf.c. */
+static __always_inline __u32 log2_u32(__u32 v)
+{
+	__u32 shift, r;
+
+	r = (v > 0xFFFF) << 4;
+	v >>= r;
+	shift = (v > 0xFF) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xF) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
+	return r | (v >> 1);
+}
+
+static __always_inline int lat_run(void *ctx, bool exit, __u64 *start)
+{
+	struct lat_hist *h;
+	__u64 ip, delta;
+	__u32 hi, slot;
+
+	if (!exit) {
+		*start = bpf_ktime_get_ns();
+		return 0;
+	}
+	delta = bpf_ktime_get_ns() - *start;
+	ip = bpf_get_func_ip(ctx);
+	h = bpf_map_lookup_elem(&lat_hists, &ip);
+	if (!h) {
+		__sync_fetch_and_add(&lat_unknown, 1);
+		return 0;
+	}
+	hi = delta >> 32;
+	slot = hi ? log2_u32(hi) + 32 : log2_u32(delta);
+	if (slot >= 32)
+		slot = 31;
+	__sync_fetch_and_add(&h->slots[slot], 1);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, delta);
+	return 0;
+}
+
+RKF_MULTI_FSESSION
+int BPF_PROG(rkf_latency)
+{
+	return lat_run(ctx, bpf_session_is_return(ctx), bpf_session_cookie(ctx));
+}
+
+SEC("kprobe.session/__x64_sys_getpgid")
+int kprobe_latency(struct pt_regs *ctx)
+{
+	return lat_run(ctx, bpf_session_is_return(ctx), bpf_session_cookie(ctx));
+}
+
+SEC("fsession/__x64_sys_getpgid")
+int BPF_PROG(single_latency)
+{
+	return lat_run(ctx, bpf_session_is_return(ctx), bpf_session_cookie(ctx));
+}
+
 char LICENSE[] SEC("license") = "GPL";

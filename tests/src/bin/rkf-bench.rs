@@ -517,13 +517,19 @@ mod multi {
     }
 
     /// The program of a link on `__x64_sys_getpgid` alone ran on each of the `CALLS`
-    /// calls of one [`getpgid_loop()`]: a row measures the program's run, not a skip.
+    /// calls of one [`getpgid_loop()`], once (twice for a session: on entry and on exit):
+    /// a row measures the program's run, not a skip.
     fn ran_every_call(name: &str, l: &Link) -> Result<()> {
         let info = l.info()?;
+        let runs = if info.kind == rkf_core::abi::Kind::Session {
+            2 * CALLS
+        } else {
+            CALLS
+        };
         match info.funcs.as_slice() {
-            [f] if f.hits == CALLS && f.misses == 0 => Ok(()),
+            [f] if f.hits == runs && f.misses == 0 => Ok(()),
             funcs => bail!(
-                "{name}: the program must run once per call ({CALLS} hits, 0 misses), the link reports {:?}",
+                "{name}: the program must run {runs} times in {CALLS} calls (0 misses), the link reports {:?}",
                 funcs.iter().map(|f| (f.hits, f.misses)).collect::<Vec<_>>()
             ),
         }
@@ -680,6 +686,71 @@ mod multi {
             of("rkf_multi fexit") / single_fexit,
             of("kprobe_multi") / of("rkf_multi fentry")
         );
+        latency_table(skel, target)
+    }
+
+    /// rkf funclatency's measurement per call: an rkf_multi session, a kprobe_multi
+    /// session and the kernel's fsession on getpgid() each time every call into a
+    /// histogram; each must count exactly the calls of the loop.
+    fn latency_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
+        use libbpf_rs::MapCore;
+
+        println!();
+        println!(
+            "rkf funclatency's measurement per call of getpgid() (a session program timing each call into a log2 histogram; {CALLS} calls; ns = instructions):"
+        );
+        println!();
+        let base = getpgid_loop();
+        let key = target[0].addr.to_ne_bytes();
+        let zero = vec![0u8; std::mem::size_of::<crate::skel::bench_multi::types::lat_hist>()];
+        let hists = &skel.maps.lat_hists;
+        let mut rows: Vec<(&str, f64)> = Vec::new();
+        for name in ["rkf_multi fsession", "kprobe.session", "single fsession"] {
+            hists.update(&key, &zero, libbpf_rs::MapFlags::ANY)?;
+            let ns = match name {
+                "rkf_multi fsession" => {
+                    let l = Link::attach(&skel.progs.rkf_latency, target, None)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let ns = per_call(getpgid_loop(), base);
+                    ran_every_call(name, &l)?;
+                    ns
+                }
+                "kprobe.session" => {
+                    let _l = skel.progs.kprobe_latency.attach().context(name)?;
+                    per_call(getpgid_loop(), base)
+                }
+                _ => {
+                    let _l = skel.progs.single_latency.attach().context(name)?;
+                    per_call(getpgid_loop(), base)
+                }
+            };
+            let h = hists
+                .lookup(&key, libbpf_rs::MapFlags::ANY)?
+                .context("the histogram of getpgid()")?;
+            // struct lat_hist: 32 slots, then count.
+            let count = u64::from_ne_bytes(h[32 * 8..33 * 8].try_into()?);
+            anyhow::ensure!(
+                count == CALLS,
+                "{name}: the histogram counts {count} calls of getpgid(), the loop made {CALLS}"
+            );
+            rows.push((name, ns));
+        }
+        let unknown = skel
+            .maps
+            .bss_data
+            .as_deref()
+            .context("no .bss")?
+            .lat_unknown;
+        anyhow::ensure!(
+            unknown == 0,
+            "exits of a function without a histogram: {unknown}"
+        );
+        println!("| method | overhead per call (ns) | vs rkf_multi fsession |");
+        println!("|--------|-----------------------:|----------------------:|");
+        let rkf = rows[0].1;
+        for (name, ns) in &rows {
+            println!("| {name} | {ns:.0} | {:.2}x |", ns / rkf);
+        }
         Ok(())
     }
 
