@@ -266,7 +266,7 @@ static noinline notrace void rkf_multi_sessions_enter(const struct rkf_multi_fun
 						      const struct rkf_multi_prog *s,
 						      u64 *ctx, bool any)
 {
-	u32 i, n = f->nr_session;
+	u32 i, n = min_t(u32, f->nr_session, RKF_MULTI_MAX_SESSIONS);
 	u64 reg;
 
 	for (i = 0; i < n; i++) {

@@ -87,6 +87,7 @@ const _: () = {
     assert!(tramp_core::FRAME as u32 == rkf_h::RKF_MULTI_FRAME_SIZE);
     assert!(tramp_core::MAX_ARGS == rkf_h::RKF_MULTI_MAX_ARGS);
     assert!(multi_rules::MAX_ARGS == rkf_h::RKF_MULTI_MAX_ARGS);
+    assert!(multi_rules::MAX_SESSIONS_PER_FUNC == rkf_h::RKF_MULTI_MAX_SESSIONS);
 };
 
 /// rkf_multi's state: the device, and everything its files reach.

@@ -127,6 +127,7 @@ struct session_rec {
 };
 
 struct session_rec session_recs[MAX_FUNCS];
+struct session_rec plain_session_recs[MAX_FUNCS];
 /* Input: what the test writes; the session counts the entry runs that read it. */
 __u64 magic;
 
@@ -166,6 +167,36 @@ int BPF_PROG(sleepable_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, 
 	r->err = err;
 	if (!err && r->value == magic)
 		__sync_fetch_and_add(&r->magic_reads, 1);
+	return 0;
+}
+
+/* A non-sleepable session beside it, with a cookie of its own. */
+RKF_MULTI_FSESSION
+int BPF_PROG(plain_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	__u64 *cookie = bpf_session_cookie(ctx);
+	__u64 want = bpf_get_func_ip(ctx) ^ 0x9a1a;
+	struct session_rec *r;
+	int i;
+
+	if (!wanted())
+		return 0;
+	i = slot_of(ctx);
+	if (i < 0)
+		return 0;
+	r = &plain_session_recs[i];
+	if (bpf_session_is_return(ctx)) {
+		__sync_fetch_and_add(&r->exits, 1);
+		if (*cookie == want)
+			__sync_fetch_and_add(&r->cookie_ok, 1);
+		r->ret = ret;
+		return 0;
+	}
+	__sync_fetch_and_add(&r->entries, 1);
+	if (*cookie)
+		__sync_fetch_and_add(&r->nonzero_cookie, 1);
+	*cookie = want;
+	r->entry_ret = ret;
 	return 0;
 }
 

@@ -46,7 +46,7 @@ const SLOT: usize = 14;
 /// at most what the thread measured around it on CLOCK_MONOTONIC, which the test requires
 /// to be under 32.768 ms (a wake-up 12.768 ms late or later fails the test, saying so).
 ///
-/// So: exactly `SLEEPS` calls of do_nanosleep (no other process's: the pid filter; no
+/// So: exactly `SLEEPS` calls of do_nanosleep (none of another process that sleeps as often meanwhile: the pid filter; no
 /// early return: no signal), every one in slot 14 (16,384 to 32,767 us) and no other
 /// slot; in all at least `SLEEPS` x 20 ms and at most the sum of the thread's
 /// measurements; on average at least 20 ms and under 32.768 ms (the slot's end); no exit
@@ -59,9 +59,15 @@ fn known_latency() -> Result<()> {
         pid: Some(std::process::id()),
     };
     let mut slept: Option<Result<Vec<Duration>>> = None;
+    let mut other_status: Option<Result<std::process::ExitStatus>> = None;
     let l = funclatency::record_then(&["do_nanosleep"], &opts, || {
         // The sleeps all happen here, while the link is attached: funclatency waits its
-        // duration only after this returns.
+        // duration only after this returns.  Another process sleeps as often meanwhile:
+        // the pid filter must leave its calls out.
+        let other = std::process::Command::new("sh")
+            .args(["-c", "for i in 1 2 3 4 5; do sleep 0.02; done"])
+            .spawn()
+            .map_err(anyhow::Error::from);
         slept = Some(
             thread::Builder::new()
                 .name(SLEEPER.into())
@@ -69,8 +75,11 @@ fn known_latency() -> Result<()> {
                 .map_err(anyhow::Error::from)
                 .and_then(|t| t.join().expect("the sleeper panicked")),
         );
+        other_status = Some(other.and_then(|mut c| c.wait().map_err(anyhow::Error::from)));
     })?;
     let slept = slept.context("the recording did not start")??;
+    let status = other_status.context("the other process did not start")??;
+    check!(status.success(), "the other process's sleeps: {status}");
     diag!("the sleeper measured {slept:?}");
     for line in l.report(1).lines() {
         diag!("{line}");

@@ -31,7 +31,8 @@ use crate::{
 
 /// The slots of a histogram: slot `i` counts the calls that took 2^i to 2^(i+1) - 1
 /// units (slot 0 also those that took 0), and the last slot every longer call too.
-pub const SLOTS: usize = 32;
+/// 2^47 ns is more than a day, the longest recording, so no call timed needs the last.
+pub const SLOTS: usize = 48;
 
 /// The unit of the histograms and of the averages and totals printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -292,22 +293,28 @@ const STARS: u64 = 40;
 /// A log2 histogram as bcc prints one (`_print_log2_hist()` of bcc's table.py; the rows
 /// of libbpf-tools' `print_log2_hist()`): a header naming the unit, then a row per slot
 /// up to the last that counted a call, with its range, its count and a bar of up to 40
-/// stars scaled to the largest count.  Empty when no slot counted a call.  bcc switches
-/// to wider columns past slot 32; 32 slots always fit the narrow ones.
+/// stars scaled to the largest count.  Empty when no slot counted a call.  Past 32 slots
+/// bcc switches to its wide layout (20-digit columns, 20 stars), and so does this.
 pub fn log2_hist(slots: &[u64], label: &str) -> String {
     let Some(last) = slots.iter().rposition(|&n| n > 0) else {
         return String::new();
     };
     let max = slots.iter().copied().max().unwrap_or(1);
-    let mut out = format!("     {label:<19} : count     distribution\n");
+    let wide = last >= 32;
+    let bar = if wide { STARS / 2 } else { STARS };
+    let mut out = if wide {
+        format!("               {label:<29} : count     distribution\n")
+    } else {
+        format!("     {label:<19} : count     distribution\n")
+    };
     for (i, &n) in slots[..=last].iter().enumerate() {
         let (low, high) = slot_range(i);
-        let stars = (u128::from(n) * u128::from(STARS) / u128::from(max)) as usize;
-        let _ = writeln!(
-            out,
-            "{low:>10} -> {high:<10} : {n:<8} |{:<40}|",
-            "*".repeat(stars)
-        );
+        let stars = "*".repeat((u128::from(n) * u128::from(bar) / u128::from(max)) as usize);
+        let _ = if wide {
+            writeln!(out, "{low:>20} -> {high:<20} : {n:<8} |{stars:<20}|")
+        } else {
+            writeln!(out, "{low:>10} -> {high:<10} : {n:<8} |{stars:<40}|")
+        };
     }
     out
 }
@@ -414,8 +421,9 @@ mod tests {
             (2_147_483_647, 30),
             (2_147_483_648, 31),
             (4_294_967_295, 31),
-            (4_294_967_296, 31),
-            (u64::MAX, 31),
+            (4_294_967_296, 32),
+            (86_400_000_000_000, 46),
+            (u64::MAX, 47),
         ];
         for &(v, slot) in cases {
             assert_eq!(slot_of(v), slot, "slot of {v}");
@@ -488,6 +496,29 @@ mod tests {
         assert_eq!(
             lines[32],
             "2147483648 -> 4294967295 : 3        |                                        |"
+        );
+    }
+
+    /// A call of more than 2^32 units: bcc's wide layout, 20-digit columns and 20 stars.
+    #[test]
+    fn histogram_wide_layout() {
+        let mut slots = [0u64; SLOTS];
+        slots[0] = 4;
+        slots[33] = 2;
+        let text = log2_hist(&slots, "nsecs");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 35);
+        assert_eq!(
+            lines[0],
+            "               nsecs                         : count     distribution"
+        );
+        assert_eq!(
+            lines[1],
+            "                   0 -> 1                    : 4        |********************|"
+        );
+        assert_eq!(
+            lines[34],
+            "          8589934592 -> 17179869183          : 2        |**********          |"
         );
     }
 

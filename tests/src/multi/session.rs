@@ -217,8 +217,11 @@ pub(super) fn session_in_flight() -> Result<()> {
         .as_deref_mut()
         .context("no .bss")?
         .target_pid = tid as u32;
-    let _stays = attach(&skel.progs.session0, &read, None)?;
+    // The one that goes first: on entry the one that stays has the second cookie, on
+    // exit it is the first session of the function, so its exit run must find its cookie
+    // by its link, not by its place.
     let goes = attach(&skel.progs.session2, &read, None)?;
+    let _stays = attach(&skel.progs.session0, &read, None)?;
     go_tx.send(()).context("starting the reader")?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while !crate::lifecycle::blocked_in(tid, "eventfd_read")? {

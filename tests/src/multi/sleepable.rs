@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Sleepable programs (`RKF_MULTI_FENTRY_S`, `RKF_MULTI_FEXIT_S`), after upstream's
+//! Sleepable programs (`RKF_MULTI_FENTRY_S`, `RKF_MULTI_FEXIT_S`, `RKF_MULTI_FSESSION_S`), after upstream's
 //! sleepable tracing_multi subtests: exact counts, cookies and return values on syscall
 //! wrappers, a `bpf_copy_from_user()` that has to fault a page in (where a non-sleepable
 //! program's `bpf_probe_read_user()` cannot), and the refusal of functions that may not
@@ -101,7 +101,11 @@ fn reset(skel: &mut MultiSleepableSkel<'_>) -> Result<()> {
         *r = Default::default();
         r.value = UNSET;
     }
-    for r in bss.session_recs.iter_mut() {
+    for r in bss
+        .session_recs
+        .iter_mut()
+        .chain(bss.plain_session_recs.iter_mut())
+    {
         *r = Default::default();
         r.value = UNSET;
     }
@@ -162,20 +166,19 @@ impl Drop for Page {
     }
 }
 
-/// A non-sleepable fentry, a sleepable fentry and a sleepable fexit program (attached in
-/// that order, so run in that order) on write(2) and getpgid(2): exact hits for this
-/// thread's calls, cookies, return values, and the buffer copied by each; then writes
-/// from a page that is not present, which only the sleepable programs can read (faulting
-/// it in), and the links' counters.
-/// A sleepable session (fsession.s) on write(2) and getpgid(2): one entry and one exit
-/// run per call of this thread, the cookie written on entry read back on exit, the
-/// return value 0 on entry and the syscall's on exit, and on entry
-/// `bpf_copy_from_user()` of write(2)'s buffer, also from a page that is not present.
+/// A sleepable session (fsession.s) beside a non-sleepable one (fsession), as upstream's
+/// test_session, on write(2) and getpgid(2): each runs once on entry and once on exit
+/// per call of this thread, and reads back on exit the cookie it wrote on entry (the
+/// sleepable one has the second cookie); the return value is 0 on entry and the
+/// syscall's on exit; on entry the sleepable one copies write(2)'s buffer with
+/// `bpf_copy_from_user()`, also from a page that is not present.
 pub(super) fn sleepable_session() -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
+    let plain = attach(&skel.progs.plain_session, &funcs, None)?;
     let session = attach(&skel.progs.sleepable_session, &funcs, None)?;
+    check_eq!(plain.info()?.kind, Kind::Session, "the plain link's kind");
     check_eq!(session.info()?.kind, Kind::Session, "the link's kind");
     let null = File::options().write(true).open("/dev/null")?;
     // This thread writes nothing else (no diagnostics) until the records are read.
@@ -198,31 +201,36 @@ pub(super) fn sleepable_session() -> Result<()> {
     }
     check!(pgid > 0, "getpgid(0): {pgid}");
     let bss = records(&skel)?;
-    let r = &bss.session_recs;
-    for (i, (name, calls, ret)) in [
-        (TARGETS[0], WRITES + 1, 8),
-        (TARGETS[1], GETPGIDS, pgid as u64),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        check_eq!(
-            (
-                r[i].entries,
-                r[i].exits,
-                r[i].cookie_ok,
-                r[i].nonzero_cookie
-            ),
-            (calls, calls, calls, 0),
-            "fsession.s {name}: entry runs, exit runs, cookies read back, cookies not zeroed"
-        );
-        check_eq!(
-            r[i].entry_ret,
-            0,
-            "fsession.s {name}: the return value on entry"
-        );
-        check_eq!(r[i].ret, ret, "fsession.s {name}: the return value on exit");
+    for (what, r) in [
+        ("fsession.s", &bss.session_recs),
+        ("fsession", &bss.plain_session_recs),
+    ] {
+        for (i, (name, calls, ret)) in [
+            (TARGETS[0], WRITES + 1, 8),
+            (TARGETS[1], GETPGIDS, pgid as u64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            check_eq!(
+                (
+                    r[i].entries,
+                    r[i].exits,
+                    r[i].cookie_ok,
+                    r[i].nonzero_cookie
+                ),
+                (calls, calls, calls, 0),
+                "{what} {name}: entry runs, exit runs, cookies read back, cookies not zeroed"
+            );
+            check_eq!(
+                r[i].entry_ret,
+                0,
+                "{what} {name}: the return value on entry"
+            );
+            check_eq!(r[i].ret, ret, "{what} {name}: the return value on exit");
+        }
     }
+    let r = &bss.session_recs;
     check_eq!(
         r[0].magic_reads,
         WRITES,
@@ -244,6 +252,11 @@ pub(super) fn sleepable_session() -> Result<()> {
     Ok(())
 }
 
+/// A non-sleepable fentry, a sleepable fentry and a sleepable fexit program (attached in
+/// that order, so run in that order) on write(2) and getpgid(2): exact hits for this
+/// thread's calls, cookies, return values, and the buffer copied by each; then writes
+/// from a page that is not present, which only the sleepable programs can read (faulting
+/// it in), and the links' counters.
 pub(super) fn sleepable_fentry_fexit() -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();

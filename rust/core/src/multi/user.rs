@@ -59,7 +59,10 @@ impl Reason {
             Self::MayNotSleep => {
                 "the program is sleepable and the function may not sleep (the verifier's rule: a syscall wrapper __x64_*, or on the error injection list)"
             }
-            Self::TooManySessions => "already 8 session programs on it",
+            Self::TooManySessions => {
+                const { assert!(super::MAX_SESSIONS_PER_FUNC == 8) };
+                "already 8 session programs on it"
+            }
         }
     }
 }
