@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rkf_multi benchmark: empty programs, so that what is measured is the attach machinery
- * and the per-call cost of each way into a program.
+ * and the per-call cost of each way into a program; and rkf funclatency's measurement.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "rkf.bpf.h"
+#include "../../user/bpf/log2.bpf.h"
 
 RKF_MULTI_FENTRY
 int BPF_PROG(rkf_fentry)
@@ -60,30 +61,11 @@ struct {
 
 __u64 lat_unknown;
 
-/* floor(log2(v)), 0 for 0 (libbpf-tools' bits.bpf.h), as funclatency.bpf.c. */
-static __always_inline __u32 log2_u32(__u32 v)
-{
-	__u32 shift, r;
-
-	r = (v > 0xFFFF) << 4;
-	v >>= r;
-	shift = (v > 0xFF) << 3;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xF) << 2;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0x3) << 1;
-	v >>= shift;
-	r |= shift;
-	return r | (v >> 1);
-}
-
 static __always_inline int lat_run(void *ctx, bool exit, __u64 *start)
 {
 	struct lat_hist *h;
 	__u64 ip, delta;
-	__u32 hi, slot;
+	__u32 slot;
 
 	if (!exit) {
 		*start = bpf_ktime_get_ns();
@@ -96,8 +78,7 @@ static __always_inline int lat_run(void *ctx, bool exit, __u64 *start)
 		__sync_fetch_and_add(&lat_unknown, 1);
 		return 0;
 	}
-	hi = delta >> 32;
-	slot = hi ? log2_u32(hi) + 32 : log2_u32(delta);
+	slot = log2_u64(delta);
 	if (slot >= 32)
 		slot = 31;
 	__sync_fetch_and_add(&h->slots[slot], 1);

@@ -131,35 +131,52 @@ struct session_rec plain_session_recs[MAX_FUNCS];
 /* Input: what the test writes; the session counts the entry runs that read it. */
 __u64 magic;
 
-RKF_MULTI_FSESSION_S
-int BPF_PROG(sleepable_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+/*
+ * A session run of this task on a target: on exit, the count, the cookie read back (the
+ * function's address ^ @tag) and the return value, and NULL; on entry, the count, the
+ * cookie checked zeroed and written, the return value, and the record (its slot in
+ * @slot).
+ */
+static __always_inline struct session_rec *session_run(struct session_rec *recs, void *ctx,
+						       __u64 ret, __u64 tag, int *slot)
 {
 	__u64 *cookie = bpf_session_cookie(ctx);
-	__u64 want = bpf_get_func_ip(ctx) ^ 0x5e55;
+	__u64 want = bpf_get_func_ip(ctx) ^ tag;
 	struct session_rec *r;
-	long err;
-	void *buf;
 	int i;
 
 	if (!wanted())
-		return 0;
+		return NULL;
 	i = slot_of(ctx);
 	if (i < 0)
-		return 0;
-	r = &session_recs[i];
+		return NULL;
+	r = &recs[i];
 	if (bpf_session_is_return(ctx)) {
 		__sync_fetch_and_add(&r->exits, 1);
 		if (*cookie == want)
 			__sync_fetch_and_add(&r->cookie_ok, 1);
 		r->ret = ret;
-		return 0;
+		return NULL;
 	}
 	__sync_fetch_and_add(&r->entries, 1);
 	if (*cookie)
 		__sync_fetch_and_add(&r->nonzero_cookie, 1);
 	*cookie = want;
 	r->entry_ret = ret;
-	if (i != write_slot)
+	*slot = i;
+	return r;
+}
+
+RKF_MULTI_FSESSION_S
+int BPF_PROG(sleepable_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	struct session_rec *r;
+	long err;
+	void *buf;
+	int i = -1;
+
+	r = session_run(session_recs, ctx, ret, 0x5e55, &i);
+	if (!r || i != write_slot)
 		return 0;
 	buf = write_buf(a0, &err);
 	if (!err)
@@ -174,29 +191,9 @@ int BPF_PROG(sleepable_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, 
 RKF_MULTI_FSESSION
 int BPF_PROG(plain_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
 {
-	__u64 *cookie = bpf_session_cookie(ctx);
-	__u64 want = bpf_get_func_ip(ctx) ^ 0x9a1a;
-	struct session_rec *r;
 	int i;
 
-	if (!wanted())
-		return 0;
-	i = slot_of(ctx);
-	if (i < 0)
-		return 0;
-	r = &plain_session_recs[i];
-	if (bpf_session_is_return(ctx)) {
-		__sync_fetch_and_add(&r->exits, 1);
-		if (*cookie == want)
-			__sync_fetch_and_add(&r->cookie_ok, 1);
-		r->ret = ret;
-		return 0;
-	}
-	__sync_fetch_and_add(&r->entries, 1);
-	if (*cookie)
-		__sync_fetch_and_add(&r->nonzero_cookie, 1);
-	*cookie = want;
-	r->entry_ret = ret;
+	session_run(plain_session_recs, ctx, ret, 0x9a1a, &i);
 	return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "rkf.bpf.h"
+#include "log2.bpf.h"
 
 /* 2^47 ns is more than a day, the longest -d: a call timed never needs the last slot. */
 #define MAX_SLOTS 48
@@ -44,32 +45,6 @@ __u64 unit_ns;		/* 1, 1000 or 1000000: the histograms' unit */
 
 /* Outputs. */
 __u64 unknown;	/* exits of a function that has no histogram */
-
-/* floor(log2(v)) of a u32, 0 for 0, without a loop (libbpf-tools' bits.bpf.h). */
-static __always_inline __u32 log2_u32(__u32 v)
-{
-	__u32 shift, r;
-
-	r = (v > 0xFFFF) << 4;
-	v >>= r;
-	shift = (v > 0xFF) << 3;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xF) << 2;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0x3) << 1;
-	v >>= shift;
-	r |= shift;
-	return r | (v >> 1);
-}
-
-static __always_inline __u32 log2_u64(__u64 v)
-{
-	__u32 hi = v >> 32;
-
-	return hi ? log2_u32(hi) + 32 : log2_u32(v);
-}
 
 RKF_MULTI_FSESSION
 int BPF_PROG(funclatency)
