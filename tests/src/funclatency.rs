@@ -43,14 +43,17 @@ const SLOT: usize = 14;
 /// program took the entry time, to expire `SLEEP` after that on CLOCK_MONOTONIC (which
 /// `bpf_ktime_get_ns()` reads too), and returns only once the timer has fired, since no
 /// signal comes to interrupt it (each clock_nanosleep() must return 0).  Each call takes
-/// at most what the thread measured around it on CLOCK_MONOTONIC, which the test requires
-/// to be under 32.768 ms (a wake-up 12.768 ms late or later fails the test, saying so).
+/// at most what the thread measured around it on CLOCK_MONOTONIC.  So call `i` is counted
+/// in a slot from [`SLOT`] (20 ms is in 16,384 to 32,767 us) to the slot of the thread's
+/// measurement `i`: slot 14 alone when the wake-up came less than 12.768 ms late, a later
+/// one allowed for a late wake-up on a loaded host, but only as many calls in slots at or
+/// past any slot as there were measurements that reach it.
 ///
-/// So: exactly `SLEEPS` calls of do_nanosleep (none of another process that sleeps as often meanwhile: the pid filter; no
-/// early return: no signal), every one in slot 14 (16,384 to 32,767 us) and no other
-/// slot; in all at least `SLEEPS` x 20 ms and at most the sum of the thread's
-/// measurements; on average at least 20 ms and under 32.768 ms (the slot's end); no exit
-/// of a function without a histogram; and no link left once it returns.
+/// So: exactly `SLEEPS` calls of do_nanosleep (none of another process that sleeps as
+/// often meanwhile: the pid filter; no early return: no signal), counted in slots the
+/// measurements allow as above and in no slot before 14; in all at least `SLEEPS` x 20 ms
+/// and at most the sum of the thread's measurements; no exit of a function without a
+/// histogram; and no link left once it returns.
 fn known_latency() -> Result<()> {
     modules::require("rkf_multi")?;
     let opts = Options {
@@ -85,13 +88,6 @@ fn known_latency() -> Result<()> {
         diag!("{line}");
     }
 
-    let limit = Duration::from_nanos(32_768_000);
-    for (i, d) in slept.iter().enumerate() {
-        check!(
-            *d < limit,
-            "sleep {i} took {d:?} as the thread measured it, 32.768 ms or more: the wake-up came too late for the test's claim that each call is counted in slot {SLOT}"
-        );
-    }
     check_eq!(l.attached, 1, "functions attached");
     check_eq!(l.unknown, 0, "exits of a function without a histogram");
     let h = l
@@ -110,25 +106,38 @@ fn known_latency() -> Result<()> {
         u64::from(SLEEPS),
         "calls of do_nanosleep by this process"
     );
-    let mut want = [0u64; SLOTS];
-    want[SLOT] = u64::from(SLEEPS);
+    let highest: Vec<usize> = slept
+        .iter()
+        .map(|d| Ok(funclatency::slot_of(u64::try_from(d.as_micros())?)))
+        .collect::<Result<_>>()?;
+    diag!("the measurements allow slots {SLOT} to {highest:?}");
     check_eq!(
-        h.slots,
-        want,
-        "slots of do_nanosleep in us (all {SLEEPS} in slot {SLOT}: 16384 -> 32767)"
+        h.slots.iter().sum::<u64>(),
+        u64::from(SLEEPS),
+        "calls of do_nanosleep in the slots ({:?})",
+        h.slots
     );
-
+    check_eq!(
+        h.slots[..SLOT].iter().sum::<u64>(),
+        0,
+        "calls of do_nanosleep counted before slot {SLOT} (16384 -> 32767 us): under 20 ms ({:?})",
+        h.slots
+    );
+    for s in SLOT..SLOTS {
+        let counted: u64 = h.slots[s..].iter().sum();
+        let allowed = highest.iter().filter(|&&top| top >= s).count();
+        check!(
+            counted <= u64::try_from(allowed)?,
+            "{counted} calls of do_nanosleep counted in slot {s} or later, where only {allowed} of the thread's measurements reach ({:?})",
+            h.slots
+        );
+    }
     let least = u64::try_from((SLEEP * SLEEPS).as_nanos())?;
     let most = u64::try_from(slept.iter().sum::<Duration>().as_nanos())?;
     check!(
         (least..=most).contains(&h.total_ns),
         "do_nanosleep took {} ns in all, not between {least} ns ({SLEEPS} x {SLEEP:?}) and the {most} ns the thread measured",
         h.total_ns
-    );
-    let avg = h.total_ns / h.count;
-    check!(
-        (20_000_000..32_768_000).contains(&avg),
-        "do_nanosleep took {avg} ns on average, not at least 20 ms and under 32.768 ms"
     );
     check!(
         multi::links()?.is_empty(),

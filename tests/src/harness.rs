@@ -162,9 +162,8 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
             None => println!("ok {} {}", i + 1, t.name),
             Some(e) => {
                 failed += 1;
-                for line in e.lines() {
-                    println!("# {}: {line}", t.name);
-                }
+                // libbpf's last lines first, then the failure: the reason stays next
+                // to the "not ok" line, where a log excerpt looks.
                 let log = take_libbpf_log();
                 for line in log
                     .lines()
@@ -175,6 +174,9 @@ pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
                     .rev()
                 {
                     println!("# libbpf: {line}");
+                }
+                for line in e.lines() {
+                    println!("# {}: {line}", t.name);
                 }
                 println!("not ok {} {}", i + 1, t.name);
             }
