@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rkf_multi against the kernel's ways of putting one program on many functions.
+
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::libbpf_sys as sys;
+use nix::{
+    sys::resource::{setrlimit, Resource},
+    unistd::getpgid,
+};
+use rkf::{
+    multi::{self, Func, Link},
+    skeleton,
+};
+
+use crate::{
+    kmem,
+    skel::bench_multi::{BenchMultiSkel, BenchMultiSkelBuilder},
+};
+
+/// `BPF_TRACE_FENTRY_MULTI` (include/uapi/linux/bpf.h).
+const TRACE_FENTRY_MULTI: u32 = 59;
+/// `BPF_LINK_CREATE`.
+const LINK_CREATE: i64 = 28;
+/// getpgid() calls per per-call case.
+const CALLS: u64 = 20_000;
+
+/// An empty program (`r0 = 0; exit`) of type TRACING for `attach_type`, loaded against
+/// vmlinux BTF id `btf_id` (0 for the multi attach types).
+fn empty_tracing_prog(attach_type: u32, btf_id: u32) -> Result<OwnedFd> {
+    let insns = [
+        // BPF_ALU64 | BPF_MOV | BPF_K: r0 = 0
+        sys::bpf_insn {
+            code: 0xb7,
+            ..Default::default()
+        },
+        // BPF_JMP | BPF_EXIT
+        sys::bpf_insn {
+            code: 0x95,
+            ..Default::default()
+        },
+    ];
+    let mut opts = sys::bpf_prog_load_opts {
+        sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+        expected_attach_type: attach_type,
+        attach_btf_id: btf_id,
+        ..Default::default()
+    };
+    // SAFETY: valid instructions, license and options for the duration of the call.
+    let fd = unsafe {
+        sys::bpf_prog_load(
+            sys::BPF_PROG_TYPE_TRACING,
+            std::ptr::null(),
+            c"GPL".as_ptr(),
+            insns.as_ptr(),
+            2,
+            &mut opts,
+        )
+    };
+    if fd < 0 {
+        bail!(
+            "loading an empty tracing program (attach type {attach_type}, btf id {btf_id}): {}",
+            std::io::Error::from_raw_os_error(-fd)
+        );
+    }
+    // SAFETY: a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A BPF_LINK_CREATE of prog `fd` with no options: attaches a fentry program.
+fn link_create(fd: &OwnedFd, attach_type: u32) -> Result<OwnedFd> {
+    // SAFETY: a program fd; NULL options.
+    let r = unsafe { sys::bpf_link_create(fd.as_raw_fd(), 0, attach_type, std::ptr::null()) };
+    if r < 0 {
+        bail!("BPF_LINK_CREATE: {}", std::io::Error::from_raw_os_error(-r));
+    }
+    // SAFETY: a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// The kernel's tracing_multi link: libbpf 1.7 (libbpf-rs 0.27) has no API for it, so
+/// a raw BPF_LINK_CREATE (`link_create.tracing_multi` of include/uapi/linux/bpf.h).
+fn tracing_multi_link(prog: &OwnedFd, ids: &[u32]) -> Result<OwnedFd> {
+    #[repr(C)]
+    struct Attr {
+        prog_fd: u32,
+        target_fd: u32,
+        attach_type: u32,
+        flags: u32,
+        ids: u64,
+        cookies: u64,
+        cnt: u32,
+        pad: [u32; 7],
+    }
+    let attr = Attr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: 0,
+        attach_type: TRACE_FENTRY_MULTI,
+        flags: 0,
+        ids: ids.as_ptr() as u64,
+        cookies: 0,
+        cnt: ids.len() as u32,
+        pad: [0; 7],
+    };
+    // SAFETY: a valid attr of the size given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            LINK_CREATE,
+            &attr,
+            std::mem::size_of::<Attr>(),
+        )
+    };
+    if r < 0 {
+        bail!(
+            "BPF_LINK_CREATE (tracing_multi): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: a new fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// Attach time, detach time and memory per function of one method on `n` functions.
+struct Cost {
+    attach: Duration,
+    detach: Duration,
+    /// What the kernel allocated for the attached method ([`kmem::allocated()`]), per
+    /// function.
+    bytes_per_func: i64,
+}
+
+/// Times the attach and the detach (dropping what `attach` returned) of a method on `n`
+/// functions, and takes the kernel's allocations before (once settled: the frees of the
+/// previous method after grace periods done) and after the attach.
+fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
+    let before = kmem::settled()?;
+    let t0 = Instant::now();
+    let held = attach()?;
+    let attach = t0.elapsed();
+    let after = kmem::allocated()?;
+    let t1 = Instant::now();
+    drop(held);
+    let detach = t1.elapsed();
+    Ok(Cost {
+        attach,
+        detach,
+        bytes_per_func: (after as i64 - before as i64) / n as i64,
+    })
+}
+
+/// The cost per call that the loop `d` took above the loop `base`.
+fn per_call(d: Duration, base: Duration) -> f64 {
+    (d.as_nanos() as f64 - base.as_nanos() as f64) / CALLS as f64
+}
+
+/// `CALLS` getpgid() calls, timed.  It first sleeps a little, so that work the last
+/// attach or detach left to workers (rkf_multi frees old tables and trampolines after
+/// RCU and RCU tasks grace periods) does not run on the other vCPU meanwhile: under
+/// -icount, every vCPU's instructions advance the clock.
+fn getpgid_loop() -> Duration {
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    for _ in 0..CALLS {
+        // The result is known: this process's group.
+        let _ = getpgid(None);
+    }
+    t.elapsed()
+}
+
+fn open(obj: &mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<BenchMultiSkel<'_>> {
+    rkf::modules::require("rkf_multi")?;
+    skeleton::load::<BenchMultiSkelBuilder>(obj, "bench_multi.bpf.c", skeleton::as_built)
+}
+
+/// The program of a link on `__x64_sys_getpgid` alone ran on each of the `CALLS`
+/// calls of one [`getpgid_loop()`], once (twice for a session: on entry and on exit):
+/// a row measures the program's run, not a skip.
+fn ran_every_call(name: &str, l: &Link) -> Result<()> {
+    let info = l.info()?;
+    let runs = if info.kind == rkf_core::abi::Kind::Session {
+        2 * CALLS
+    } else {
+        CALLS
+    };
+    match info.funcs.as_slice() {
+        [f] if f.hits == runs && f.misses == 0 => Ok(()),
+        funcs => bail!(
+            "{name}: the program must run {runs} times in {CALLS} calls (0 misses), the link reports {:?}",
+            funcs.iter().map(|f| (f.hits, f.misses)).collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// The per-call table alone.
+pub(crate) fn per_call_only() -> Result<()> {
+    let mut obj = MaybeUninit::uninit();
+    let skel = open(&mut obj)?;
+    per_call_table(&skel, &getpgid_target()?)
+}
+
+pub(crate) fn bench() -> Result<()> {
+    // 1,000 single fentry links are 2,000 fds (programs and links).
+    setrlimit(Resource::RLIMIT_NOFILE, 8192, 8192).context("setrlimit(RLIMIT_NOFILE, 8192)")?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = open(&mut obj)?;
+
+    // Every function both rkf and the kernel's links can take.
+    let pool = multi::resolve(&["*"])?;
+    let funcs: Vec<Func> = pool.funcs;
+    println!(
+        "rkf_multi: attach and detach, against the kernel's ways (same boot, -icount shift=0)"
+    );
+    println!(
+        "({} vmlinux functions can be attached; {} left out)",
+        funcs.len(),
+        pool.skipped.values().map(Vec::len).sum::<usize>()
+    );
+    println!();
+    println!("| functions | method | attach (ms) | detach (ms) | memory per function (bytes) |");
+    println!("|----------:|--------|------------:|------------:|----------------------------:|");
+    let mut costs = std::collections::HashMap::new();
+    for n in [100usize, 1000, 10_000, funcs.len()] {
+        if n > funcs.len() {
+            println!("| {n} | (only {} functions available) | | | |", funcs.len());
+            continue;
+        }
+        let set = &funcs[..n];
+        let mut row = |name: &'static str, c: Result<Cost>| match c {
+            Ok(c) => {
+                println!(
+                    "| {n} | {name} | {:.1} | {:.1} | {} |",
+                    c.attach.as_secs_f64() * 1e3,
+                    c.detach.as_secs_f64() * 1e3,
+                    c.bytes_per_func
+                );
+                costs.insert((n, name), c);
+            }
+            Err(e) => println!("| {n} | {name} | failed: {e:#} | | |"),
+        };
+        row(
+            "rkf_multi",
+            measure(n, || {
+                Link::attach(&skel.progs.rkf_fentry, set, None).map_err(|e| anyhow::anyhow!("{e}"))
+            }),
+        );
+        let ids: Vec<u32> = set.iter().map(|f| f.btf_id).collect();
+        row(
+            "tracing_multi",
+            empty_tracing_prog(TRACE_FENTRY_MULTI, 0)
+                .and_then(|p| measure(n, || tracing_multi_link(&p, &ids))),
+        );
+        let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
+        row(
+            "kprobe_multi",
+            measure(n, || {
+                Ok(skel
+                    .progs
+                    .kprobe_multi
+                    .attach_kprobe_multi(false, syms.clone())?)
+            }),
+        );
+        if n <= 1000 {
+            // One program per function, loaded beforehand: only the links are timed.
+            let progs = set
+                .iter()
+                .map(|f| empty_tracing_prog(sys::BPF_TRACE_FENTRY, f.btf_id))
+                .collect::<Result<Vec<_>>>();
+            row(
+                "single fentry links",
+                progs.and_then(|progs| {
+                    measure(n, || {
+                        progs
+                            .iter()
+                            .map(|p| link_create(p, sys::BPF_TRACE_FENTRY))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                }),
+            );
+        }
+    }
+    println!();
+    let both = |c: &Cost| (c.attach + c.detach).as_secs_f64() * 1e3;
+    if let (Some(r), Some(k)) = (
+        costs.get(&(10_000, "rkf_multi")),
+        costs.get(&(10_000, "kprobe_multi")),
+    ) {
+        println!(
+            "attach + detach of 10000 functions: rkf_multi {:.1} ms, kprobe_multi {:.1} ms (goal: rkf_multi faster)",
+            both(r),
+            both(k)
+        );
+    }
+    for n in [10_000, funcs.len()] {
+        if let Some(r) = costs.get(&(n, "rkf_multi")) {
+            println!(
+                "rkf_multi memory per function at {n} functions: {} bytes (goal: at most 128)",
+                r.bytes_per_func
+            );
+        }
+    }
+    println!();
+
+    let target = getpgid_target()?;
+    per_call_table(&skel, &target)?;
+    per_call_with_others(&skel, &funcs, &target)
+}
+
+/// The traced function of the per-call tables.
+fn getpgid_target() -> Result<Vec<Func>> {
+    Ok(multi::resolve(&["__x64_sys_getpgid"])?.funcs)
+}
+
+/// The cost of each way of tracing one call of `getpgid()`.
+fn per_call_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
+    println!();
+    println!("Per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):");
+    println!();
+    let base = getpgid_loop();
+    let per = |d: Duration| per_call(d, base);
+    let single = {
+        let _l = skel.progs.single_fentry.attach().context("single fentry")?;
+        per(getpgid_loop())
+    };
+    let single_fexit = {
+        let _l = skel.progs.single_fexit.attach().context("single fexit")?;
+        per(getpgid_loop())
+    };
+    let mut rows: Vec<(&str, f64)> =
+        vec![("single fentry", single), ("single fexit", single_fexit)];
+    for (name, prog) in [
+        ("rkf_multi fentry", &skel.progs.rkf_fentry),
+        ("rkf_multi fexit", &skel.progs.rkf_fexit),
+    ] {
+        let l = Link::attach(prog, target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        rows.push((name, per(getpgid_loop())));
+        ran_every_call(name, &l)?;
+    }
+    {
+        let p = empty_tracing_prog(TRACE_FENTRY_MULTI, 0)?;
+        let _l = tracing_multi_link(&p, &[target[0].btf_id])?;
+        rows.push(("tracing_multi", per(getpgid_loop())));
+    }
+    {
+        let _l = skel
+            .progs
+            .kprobe_multi
+            .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
+        rows.push(("kprobe_multi", per(getpgid_loop())));
+    }
+    println!("| method | overhead per call (ns) | vs single fentry |");
+    println!("|--------|-----------------------:|-----------------:|");
+    for (name, ns) in &rows {
+        println!("| {name} | {ns:.0} | {:.2}x |", ns / single);
+    }
+    let of = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
+    println!();
+    println!(
+        "rkf_multi fentry vs single fentry: {:.2}x (goal: at most 1.10x); rkf_multi fexit vs single fexit: {:.2}x; kprobe_multi vs rkf_multi fentry: {:.2}x (goal: at least 1.5x)",
+        of("rkf_multi fentry") / single,
+        of("rkf_multi fexit") / single_fexit,
+        of("kprobe_multi") / of("rkf_multi fentry")
+    );
+    latency_table(skel, target)
+}
+
+/// rkf funclatency's measurement per call: an rkf_multi session, a kprobe_multi
+/// session and the kernel's fsession on getpgid() each time every call into a
+/// histogram; each must count exactly the calls of the loop.
+fn latency_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
+    use libbpf_rs::MapCore;
+
+    println!();
+    println!(
+        "rkf funclatency's measurement per call of getpgid() (a session program timing each call into a log2 histogram; {CALLS} calls; ns = instructions):"
+    );
+    println!();
+    let base = getpgid_loop();
+    let key = target[0].addr.to_ne_bytes();
+    let zero = vec![0u8; std::mem::size_of::<crate::skel::bench_multi::types::lat_hist>()];
+    let hists = &skel.maps.lat_hists;
+    let mut rows: Vec<(&str, f64)> = Vec::new();
+    for name in ["rkf_multi fsession", "kprobe.session", "single fsession"] {
+        hists.update(&key, &zero, libbpf_rs::MapFlags::ANY)?;
+        let ns = match name {
+            "rkf_multi fsession" => {
+                let l = Link::attach(&skel.progs.rkf_latency, target, None)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let ns = per_call(getpgid_loop(), base);
+                ran_every_call(name, &l)?;
+                ns
+            }
+            "kprobe.session" => {
+                let _l = skel.progs.kprobe_latency.attach().context(name)?;
+                per_call(getpgid_loop(), base)
+            }
+            _ => {
+                let _l = skel.progs.single_latency.attach().context(name)?;
+                per_call(getpgid_loop(), base)
+            }
+        };
+        let h = hists
+            .lookup(&key, libbpf_rs::MapFlags::ANY)?
+            .context("the histogram of getpgid()")?;
+        // struct lat_hist: 32 slots, then count.
+        let count = u64::from_ne_bytes(h[32 * 8..33 * 8].try_into()?);
+        anyhow::ensure!(
+            count == CALLS,
+            "{name}: the histogram counts {count} calls of getpgid(), the loop made {CALLS}"
+        );
+        rows.push((name, ns));
+    }
+    let unknown = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("no .bss")?
+        .lat_unknown;
+    anyhow::ensure!(
+        unknown == 0,
+        "exits of a function without a histogram: {unknown}"
+    );
+    println!("| method | overhead per call (ns) | vs rkf_multi fsession |");
+    println!("|--------|-----------------------:|----------------------:|");
+    let rkf = rows[0].1;
+    for (name, ns) in &rows {
+        println!("| {name} | {ns:.0} | {:.2}x |", ns / rkf);
+    }
+    Ok(())
+}
+
+/// The same hit with many other functions attached.
+fn per_call_with_others(skel: &BenchMultiSkel<'_>, funcs: &[Func], target: &[Func]) -> Result<()> {
+    // The same hit with many other functions attached: what the lookup of the traced
+    // function costs as the set grows.  The others are attached first and the loop
+    // timed as the baseline, so that calls to them do not count.
+    println!();
+    println!("Per call of getpgid() with other functions attached (ns = instructions):");
+    println!();
+    println!(
+        "| functions attached besides | rkf_multi fentry (ns) | rkf_multi fexit (ns) | kprobe_multi (ns) |"
+    );
+    println!(
+        "|---------------------------:|----------------------:|---------------------:|------------------:|"
+    );
+    let others: Vec<Func> = funcs
+        .iter()
+        .filter(|f| f.name != "__x64_sys_getpgid")
+        .cloned()
+        .collect();
+    for n in [1000usize, 10_000] {
+        if n > others.len() {
+            continue;
+        }
+        let set = &others[..n];
+        let rkf = |prog| -> Result<f64> {
+            let _others = Link::attach(prog, set, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let base = getpgid_loop();
+            let _l = Link::attach(prog, target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(per_call(getpgid_loop(), base))
+        };
+        let (rkf_fentry, rkf_fexit) = (rkf(&skel.progs.rkf_fentry)?, rkf(&skel.progs.rkf_fexit)?);
+        let kprobe = {
+            let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
+            let _others = skel.progs.kprobe_multi.attach_kprobe_multi(false, syms)?;
+            let base = getpgid_loop();
+            let _l = skel
+                .progs
+                .kprobe_multi
+                .attach_kprobe_multi(false, vec!["__x64_sys_getpgid"])?;
+            per_call(getpgid_loop(), base)
+        };
+        println!("| {n} | {rkf_fentry:.0} | {rkf_fexit:.0} | {kprobe:.0} |");
+    }
+    Ok(())
+}
