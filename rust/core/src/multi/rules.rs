@@ -94,7 +94,17 @@ impl Reason {
 /// `btf_id_deny` and `noreturn_deny` lists (kernel/bpf/verifier.c), and what the
 /// program-run path (c-shim/rkf_multi_run.c) calls out of line on some config (the
 /// selftest `multi_run_path_calls_only_denied` asks the function graph tracer).
+///
+/// `rcu_read_unlock_special()` too: under PREEMPT_RCU the run path's `rcu_read_unlock()`
+/// calls it whenever the task has a quiescent state to report (kernel/rcu/tree_plugin.h),
+/// and with preemption off it leaves that state pending, so the next unlock calls it
+/// again: traced, it recursed through its own trampoline until the stack overflowed (a
+/// double fault on the distro kernel, in `multi_attach_everything_fentry_fexit`).  What it
+/// calls there that a module may trace, `raise_softirq_irqoff()` and
+/// `irq_work_queue_on()`, it calls once per pending state (`defer_qs_pending`), so those
+/// recurse one level and stop.
 pub const DENY: &[&str] = &[
+    "rcu_read_unlock_special",
     "migrate_disable",
     "migrate_enable",
     "___migrate_enable",
