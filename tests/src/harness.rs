@@ -96,41 +96,56 @@ where
     Ok(take_libbpf_log())
 }
 
-/// The tests that `filter` selects, in their order: each comma-separated part of it
-/// selects the tests whose name is the part, or starts with it (`multi_` is every rkf_multi
-/// test).  All of `tests` without a filter.  A part that selects no test is an error, so
+/// The parts of a comma-separated list of test names or name prefixes (`-t` or `-x`),
+/// each of which must select a test of `tests`: a part that selects none is an error, so
 /// that a renamed test cannot silently drop out of a list of names.
-pub fn select<'t>(tests: &'t [Test], filter: Option<&str>) -> Result<Vec<&'t Test>, String> {
-    let Some(filter) = filter else {
-        return Ok(tests.iter().collect());
-    };
-    let parts: Vec<&str> = filter.split(',').collect();
-    let selects = |part: &str, t: &Test| t.name.starts_with(part);
+fn parts<'a>(tests: &[Test], flag: &str, list: &'a str) -> Result<Vec<&'a str>, String> {
+    let parts: Vec<&str> = list.split(',').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("-t {filter:?}: an empty test name"));
+        return Err(format!("{flag} {list:?}: an empty test name"));
     }
     let unknown: Vec<&str> = parts
         .iter()
         .copied()
-        .filter(|&p| !tests.iter().any(|t| selects(p, t)))
+        .filter(|&p| !tests.iter().any(|t| t.name.starts_with(p)))
         .collect();
     if !unknown.is_empty() {
         return Err(format!(
-            "-t: no test is named, or has a name starting with, {} (--list shows the tests)",
+            "{flag}: no test is named, or has a name starting with, {} (--list shows the tests)",
             unknown.join(", ")
         ));
     }
+    Ok(parts)
+}
+
+/// The tests to run, in the order of `tests`: those `only` selects (`-t`: a
+/// comma-separated list of names or name prefixes, `multi_` being every rkf_multi test;
+/// all of `tests` without it), less those `except` selects (`-x`, the same kind of list).
+pub fn select<'t>(
+    tests: &'t [Test],
+    only: Option<&str>,
+    except: Option<&str>,
+) -> Result<Vec<&'t Test>, String> {
+    let only = only.map(|l| parts(tests, "-t", l)).transpose()?;
+    let except = except
+        .map(|l| parts(tests, "-x", l))
+        .transpose()?
+        .unwrap_or_default();
     Ok(tests
         .iter()
-        .filter(|t| parts.iter().any(|&p| selects(p, t)))
+        .filter(|t| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|&p| t.name.starts_with(p)))
+        })
+        .filter(|t| !except.iter().any(|&p| t.name.starts_with(p)))
         .collect())
 }
 
-/// Runs `tests` (those [`select()`] chooses with `filter`) and prints KTAP.  Returns the
+/// Runs `tests` (those [`select()`] chooses with `only` and `except`) and prints KTAP.  Returns the
 /// kselftest exit code: 0 all passed, 1 some failed (or the filter names no test), 4
 /// nothing ran.
-pub fn run(tests: &[Test], filter: Option<&str>) -> i32 {
-    let selected = match select(tests, filter) {
+pub fn run(tests: &[Test], only: Option<&str>, except: Option<&str>) -> i32 {
+    let selected = match select(tests, only, except) {
         Ok(s) => s,
         Err(e) => {
             println!("KTAP version 1");
@@ -222,7 +237,10 @@ mod tests {
     ];
 
     fn names(filter: Option<&str>) -> Result<Vec<&'static str>, String> {
-        Ok(select(TESTS, filter)?.iter().map(|t| t.name).collect())
+        Ok(select(TESTS, filter, None)?
+            .iter()
+            .map(|t| t.name)
+            .collect())
     }
 
     #[test]
@@ -259,5 +277,25 @@ mod tests {
             .unwrap_err()
             .contains("an empty test name"));
         assert!(names(Some("")).unwrap_err().contains("an empty test name"));
+    }
+
+    #[test]
+    fn except_leaves_out_and_fails_on_unknown_names() {
+        let names = |only, except| -> Result<Vec<&str>, String> {
+            Ok(select(TESTS, only, except)?
+                .iter()
+                .map(|t| t.name)
+                .collect())
+        };
+        assert_eq!(
+            names(None, Some("stack_,multi_fexit_return_values")),
+            Ok(vec!["multi_fentry_args_cookies_func_ip"])
+        );
+        assert_eq!(
+            names(Some("stack_"), Some("stack_deep_kernel_differential")),
+            Ok(vec!["stack_kernel_differential"])
+        );
+        let e = names(None, Some("multi_,nope")).unwrap_err();
+        assert!(e.starts_with("-x: ") && e.contains("nope"), "{e}");
     }
 }

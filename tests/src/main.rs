@@ -86,6 +86,10 @@ struct Args {
     /// run.
     #[arg(short = 't', long = "test", value_name = "NAME")]
     test: Option<String>,
+    /// Leave out the tests named NAME, or whose name starts with NAME; NAME,NAME,... for
+    /// several.  A NAME that matches no test fails the run.
+    #[arg(short = 'x', long = "except", value_name = "NAME")]
+    except: Option<String>,
 }
 
 fn all_tests() -> Vec<&'static harness::Test> {
@@ -122,5 +126,9 @@ fn main() {
         return;
     }
     harness::capture_libbpf_log();
-    std::process::exit(harness::run(&tests, args.test.as_deref()));
+    std::process::exit(harness::run(
+        &tests,
+        args.test.as_deref(),
+        args.except.as_deref(),
+    ));
 }
