@@ -116,8 +116,13 @@ lint: kernel-test
 # Each VM run that make reads results from has its own result directory (vm.sh --out).
 # The test kernel's debugging (KASAN, lockdep, kmemleak) makes its run several times as
 # long as the distro kernel's under TCG: it gets a longer timeout.
+# Every test but the attach to every function, which runs on the distro kernel: under
+# KASAN, lockdep and kmemleak in TCG, every traced call of every function made this VM
+# crawl (fentry on 22,340 functions took 140 s to attach, and an fexit attach beside it
+# on every function had not finished after 5 minutes).  The README's Tests section says so.
 vm-test: selftests-package-test
-	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2700} scripts/vm.sh test --out build/vm/vm-test -- tests/guest-selftests.sh
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2700} scripts/vm.sh test --out build/vm/vm-test -- \
+		tests/guest-selftests.sh -x multi_attach_everything_fentry
 
 vm-test-distro: selftests-package-distro
 	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh

@@ -85,6 +85,22 @@ void rkf_multi_sync(bool tasks, bool trace)
 }
 
 /**
+ * rkf_multi_tasks_rcu_qs() - report an RCU tasks quiescent state between ftrace updates
+ *
+ * A task counts for RCU tasks once it switched voluntarily, and ftrace updates of
+ * thousands of sites keep the updater running for seconds under TCG: one update moving
+ * every function of the distro kernel held back a grace period (and every trampoline and
+ * module waiting on it) for over two minutes.  Between two updates the caller runs no
+ * trampoline code, at most the body of a traced function (the ioctl path), which may
+ * sleep anyway: a quiescent state there is what a sleep would report.  Process context,
+ * no lock held that forbids sleeping.
+ */
+void rkf_multi_tasks_rcu_qs(void)
+{
+	cond_resched_tasks_rcu_qs();
+}
+
+/**
  * rkf_multi_defer() - free garbage after a grace period, without waiting for it
  * @wq:      from rkf_multi_deferred_init()
  * @garbage: what to free

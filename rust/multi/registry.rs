@@ -142,29 +142,43 @@ impl Registry {
         // Hook first, and move the functions whose trampoline changes (the shared
         // trampoline finds them in the old table, with their old programs), then publish:
         // functions shared with other links never miss a call.  Attaching unhooks nothing.
-        if let Err(e) = updates.hook(s.ops) {
-            // Nothing was hooked; still, ftrace may have published the new sites'
-            // trampolines to its list function for a moment: free them (and the link,
-            // whose program and counters they name) only once no task can be running them.
+        if let Err(f) = updates.hook(s.ops) {
+            // Nothing stayed hooked; still, the new sites may have run the new table's
+            // trampolines for a while: free them (and the link, whose program and
+            // counters they name) only once no task can be running them.
             let garbage = Garbage {
                 _table: table,
                 _link: self.links.pop(),
             };
-            s.free_later(garbage, true);
+            if f.partial {
+                pr_err!(
+                    "unhooking functions after a failed attach of {}: they stay hooked\n",
+                    updates.hooks()
+                );
+                keep_loaded_forever(garbage, KVVec::new());
+            } else {
+                s.free_later(garbage, true);
+            }
             // -EINVAL from update_ftrace_direct_add(): a site gained another direct
             // trampoline since it was checked.
-            return Err(if e == EINVAL { EBUSY } else { e }.into());
+            return Err(if f.err == EINVAL { EBUSY } else { f.err }.into());
         }
-        if let Err(e) = updates.move_sites(s.ops) {
+        if let Err(f) = updates.move_sites(s.ops) {
             // The new functions ran the new table's trampolines for a while: those, and
             // the link whose program and counters they name, go once no task runs them.
             let garbage = Garbage {
                 _table: table,
                 _link: self.links.pop(),
             };
-            if let Err(u) = updates.undo_hook(s.ops) {
+            let undone = if f.partial {
+                Err(f.err)
+            } else {
+                updates.undo_hook(s.ops).map_err(|u| u.err)
+            };
+            if let Err(u) = undone {
                 pr_err!(
-                    "unhooking {} functions after a failed attach: {:?}; they stay hooked\n",
+                    "putting back {} moved and {} hooked functions after a failed attach: {:?}; they stay on their trampolines\n",
+                    updates.moves(),
                     updates.hooks(),
                     u
                 );
@@ -172,7 +186,7 @@ impl Registry {
             } else {
                 s.free_later(garbage, true);
             }
-            return Err(e.into());
+            return Err(f.err.into());
         }
         self.next_id += 1;
         let garbage = self.publish(table, None);

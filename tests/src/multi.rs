@@ -11,6 +11,7 @@
 //! (bpf_fentry_test10() returns its argument and has no side effect: clang folds the
 //! call away, so it never runs on this kernel.)
 
+mod everything;
 mod run_path;
 mod session;
 mod sleepable;
@@ -122,6 +123,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_session_cookies_per_program_and_limit",
         run: session::session_limit,
+    },
+    Test {
+        name: "multi_attach_everything_fentry",
+        run: everything::attach_everything,
     },
 ];
 
