@@ -191,8 +191,8 @@ See $out/console.log.  rkf cannot test anything without a VM: this run fails."
 fi
 status=$(cat "$out/status")
 
-# Kernel splats fail the run, whatever the tests said.  An RCU tasks (or tasks trace)
-# grace period held back for rcu_task_stall_info (10 s) prints "... grace period number N
+# Kernel splats fail the run, whatever the tests said.  An RCU tasks grace period held
+# back for rcu_task_stall_info (10 s) prints "... grace period number N
 # (since boot) is J jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in
 # kernel/rcu/tasks.h), long before the stall warning "detected stalls on tasks": a
 # holdout kept every trampoline free and module unload waiting that long, so it fails

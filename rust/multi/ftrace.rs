@@ -83,12 +83,14 @@ impl FtraceOps {
             for (&site, &tramp) in sites.iter().zip(tramps.iter()) {
                 hash.add(site, shared::address_of(tramp))?;
                 if let Some(back) = &back {
-                    // SAFETY: any site may be asked about; it is rkf_multi's, and only
-                    // rkf_multi changes its trampoline, under the registry's lock.
-                    back.add(
-                        site,
-                        unsafe { bindings::ftrace_find_rec_direct(site as usize) } as u64,
-                    )?;
+                    // The site's trampoline now.  The site is rkf_multi's, and by
+                    // convention (ftrace does not check the ops of a move) only rkf_multi
+                    // moves it, under the registry's lock.
+                    // SAFETY: any site may be asked about: ftrace_find_rec_direct() reads
+                    // ftrace's direct hash without sleeping, and ftrace frees a replaced
+                    // hash after an RCU tasks grace period.
+                    let now = unsafe { bindings::ftrace_find_rec_direct(site as usize) };
+                    back.add(site, now as u64)?;
                 }
             }
             batches.push((hash, back), GFP_KERNEL)?;
@@ -100,7 +102,11 @@ impl FtraceOps {
             }
             if let Err(err) = self.update(op, hash) {
                 let mut partial = false;
-                for (hash, back) in batches[..i].iter().rev() {
+                for (j, (hash, back)) in batches[..i].iter().enumerate().rev() {
+                    if j + 1 < i {
+                        // SAFETY: as above.
+                        unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+                    }
                     let undone = match (op, back) {
                         (Update::Hook, _) => self.update(Update::Unhook, hash),
                         (Update::Unhook, _) => self.update(Update::Hook, hash),

@@ -170,17 +170,15 @@ impl Registry {
                 _table: table,
                 _link: self.links.pop(),
             };
-            let undone = if f.partial {
-                Err(f.err)
-            } else {
-                updates.undo_hook(s.ops).map_err(|u| u.err)
-            };
-            if let Err(u) = undone {
+            // The new sites are unhooked whatever became of the moves.
+            let unhooked = updates.undo_hook(s.ops);
+            if f.partial || unhooked.is_err() {
                 pr_err!(
-                    "putting back {} moved and {} hooked functions after a failed attach: {:?}; they stay on their trampolines\n",
+                    "after a failed attach: moving {} functions back failed: {}; unhooking {}: {:?}; they stay on their trampolines\n",
                     updates.moves(),
+                    f.partial,
                     updates.hooks(),
-                    u
+                    unhooked.err().map(|u| u.err)
                 );
                 keep_loaded_forever(garbage, KVVec::new());
             } else {

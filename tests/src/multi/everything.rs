@@ -63,10 +63,9 @@ impl Drop for Pinned {
 }
 
 /// A workload of varied syscalls (files of procfs and sysfs, a pipe, short sleeps, new
-/// threads) until `done`; returns its rounds.  It never calls getpgid(2) or the BPF
-/// syscall, whose calls the test counts.
-fn workload(done: &AtomicBool) -> Result<u64> {
-    let mut rounds = 0;
+/// threads) until `done`, counting its rounds in `rounds`.  It never calls getpgid(2) or
+/// the BPF syscall, whose calls the test counts.
+fn workload(done: &AtomicBool, rounds: &AtomicU64) -> Result<()> {
     let mut buf = Vec::new();
     while !done.load(Ordering::Relaxed) {
         for path in [
@@ -88,9 +87,9 @@ fn workload(done: &AtomicBool) -> Result<u64> {
         std::thread::spawn(|| ())
             .join()
             .map_err(|_| anyhow::anyhow!("a workload thread panicked"))?;
-        rounds += 1;
+        rounds.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(rounds)
+    Ok(())
 }
 
 /// The hits and misses `info` reports for `f`.
@@ -110,10 +109,13 @@ fn hits_of(info: &LinkInfo, f: &Func) -> Result<(u64, u64)> {
 /// (README, "Known problem"), and patching every function would otherwise patch some a
 /// busy vCPU is in.
 ///
-/// Checks, with each set of links: every function listed in its link; exactly `RUNS`
-/// runs of each program on each of bpf_fentry_test1..9 (which only `BPF_PROG_TEST_RUN`
-/// calls) by the program's counters and by the links' hit counts, no miss there; exactly
-/// `GETPGIDS` runs on `__x64_sys_getpgid` for this process's calls; and then no link left.
+/// Checks, once both links are attached (`RUNS` runs and `GETPGIDS` calls after each
+/// attach): each link lists exactly its functions; exactly `RUNS` runs of each program
+/// per attach it saw on each of bpf_fentry_test1..9 (which only `BPF_PROG_TEST_RUN`
+/// calls) by the program's counters and by the links' hit counts, no miss there (off
+/// PREEMPT_RT; there a miss counts as a run the program skipped); exactly
+/// `GETPGIDS` runs per attach on `__x64_sys_getpgid` for this thread's calls; and then no
+/// link left.
 /// The VM runner fails the run on any splat, a stalled RCU tasks grace period included.
 pub(super) fn attach_everything() -> Result<()> {
     let all = multi::resolve(&["*"])?;
@@ -148,7 +150,7 @@ pub(super) fn attach_everything() -> Result<()> {
         .bss_data
         .as_deref_mut()
         .context("no .bss")?
-        .target_pid = std::process::id();
+        .target_pid = u32::try_from(nix::unistd::gettid().as_raw())?;
     let trigger_fd = {
         use std::os::fd::{AsFd, AsRawFd};
         skel.progs.plain_fentry.as_fd().as_raw_fd()
@@ -159,12 +161,18 @@ pub(super) fn attach_everything() -> Result<()> {
     let done = AtomicBool::new(false);
     let rounds = AtomicU64::new(0);
     std::thread::scope(|s| -> Result<()> {
-        let worker = s.spawn(|| -> Result<()> {
-            let n = workload(&done)?;
-            rounds.store(n, Ordering::Relaxed);
-            Ok(())
-        });
+        let worker = s.spawn(|| workload(&done, &rounds));
         let checked = (|| -> Result<()> {
+            // The workload is running before the attach...
+            let deadline = Instant::now() + std::time::Duration::from_secs(60);
+            while rounds.load(Ordering::Relaxed) == 0 {
+                check!(
+                    Instant::now() < deadline,
+                    "the workload made no round in 60 s"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let before = rounds.load(Ordering::Relaxed);
             let t = Instant::now();
             let fentry = attach(&skel.progs.count_fentry0, &all.funcs, None)?;
             diag!(
@@ -190,6 +198,21 @@ pub(super) fn attach_everything() -> Result<()> {
                 ("fexit", &fexit_info, FEXIT, 1, watched.len()),
             ] {
                 check_eq!(info.funcs.len(), nr_funcs, "functions of the {what} link");
+                let mut listed: Vec<u64> = info.funcs.iter().map(|f| f.addr).collect();
+                listed.sort_unstable();
+                let mut want: Vec<u64> = if what == "fentry" {
+                    &all.funcs
+                } else {
+                    &watched
+                }
+                .iter()
+                .map(|f| f.addr)
+                .collect();
+                want.sort_unstable();
+                check!(
+                    listed == want,
+                    "the {what} link lists other functions than it was given"
+                );
                 for (i, f) in watched.iter().enumerate() {
                     let want = if i == GETPGID_SLOT { GETPGIDS } else { RUNS } * runs;
                     let (hits, misses) = hits_of(info, f)?;
@@ -241,6 +264,13 @@ pub(super) fn attach_everything() -> Result<()> {
             drop(fexit);
             drop(fentry);
             diag!("both links detached in {:.1} s", t.elapsed().as_secs_f64());
+            // ...and ran on while the links were attached and detached.
+            let during = rounds.load(Ordering::Relaxed) - before;
+            diag!("the workload made {during} rounds from the attach to the detach");
+            check!(
+                during > 0,
+                "the workload made no round while the links were attached and detached"
+            );
             Ok(())
         })();
         done.store(true, Ordering::Relaxed);
@@ -250,9 +280,6 @@ pub(super) fn attach_everything() -> Result<()> {
         checked?;
         worked
     })?;
-    let rounds = rounds.load(Ordering::Relaxed);
-    diag!("the workload made {rounds} rounds meanwhile");
-    check!(rounds > 0, "the workload made no round");
     check!(
         multi::links()?.is_empty(),
         "a link is left after both were dropped"

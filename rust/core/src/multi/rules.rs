@@ -99,12 +99,13 @@ impl Reason {
 /// calls it whenever the task has a quiescent state to report (kernel/rcu/tree_plugin.h),
 /// and with preemption off it leaves that state pending, so the next unlock calls it
 /// again: traced, it recursed through its own trampoline until the stack overflowed (a
-/// double fault on the distro kernel, in `multi_attach_everything_fentry_fexit`).  What it
-/// calls there that a module may trace, `raise_softirq_irqoff()` and
-/// `irq_work_queue_on()`, it calls once per pending state (`defer_qs_pending`), so those
-/// recurse one level and stop.
+/// double fault on the distro kernel, attaching every function).  What it calls there:
+/// `rcu_unlock_needs_exp_handling()` every time, denied too for a build that does not
+/// inline it; `raise_softirq_irqoff()` and `irq_work_queue_on()` once per pending state
+/// (`defer_qs_pending` is set first), so those recurse one level and stop.
 pub const DENY: &[&str] = &[
     "rcu_read_unlock_special",
+    "rcu_unlock_needs_exp_handling",
     "migrate_disable",
     "migrate_enable",
     "___migrate_enable",
