@@ -53,6 +53,12 @@ static __always_inline bool wanted(void)
 	return (__u32)bpf_get_current_pid_tgid() == target_pid;
 }
 
+/* The slot of this run's function if the run is this task's, or -1. */
+static __always_inline int target_slot(void *ctx)
+{
+	return wanted() ? slot_of(ctx) : -1;
+}
+
 /* The buffer argument of write(2): regs->si. */
 static __always_inline void *write_buf(__u64 regs, long *err)
 {
@@ -80,9 +86,7 @@ static __always_inline struct srec *sleepable_run(struct srec *recs, void *ctx, 
 	struct srec *r;
 	int i;
 
-	if (!wanted())
-		return NULL;
-	i = slot_of(ctx);
+	i = target_slot(ctx);
 	if (i < 0)
 		return NULL;
 	r = &recs[i];
@@ -145,9 +149,7 @@ static __always_inline struct session_rec *session_run(struct session_rec *recs,
 	struct session_rec *r;
 	int i;
 
-	if (!wanted())
-		return NULL;
-	i = slot_of(ctx);
+	i = target_slot(ctx);
 	if (i < 0)
 		return NULL;
 	r = &recs[i];
@@ -205,9 +207,7 @@ int BPF_PROG(plain_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
 	void *buf;
 	int i;
 
-	if (!wanted())
-		return 0;
-	i = slot_of(ctx);
+	i = target_slot(ctx);
 	if (i < 0)
 		return 0;
 	r = &plain_fentry_recs[i];
