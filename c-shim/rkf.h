@@ -245,12 +245,16 @@ struct rkf_multi_stats {
  * @stats:  its counters on this function (the link owns them)
  * @link:   its link's id, which is never reused: what a session's exit run finds the
  *          cookie of its entry run by
+ * @detached: set once its link is detached (or its attach failed): a call that was in
+ *          flight inside the function meanwhile runs it no more on the way out.  The
+ *          flag outlives the link for as long as a generated image names it.
  */
 struct rkf_multi_prog {
 	struct bpf_prog *prog;
 	u64 cookie;
 	struct rkf_multi_stats *stats;
 	u64 link;
+	const bool *detached;
 };
 
 /**
@@ -321,6 +325,7 @@ u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
 u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
+void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
 __rkf_safe void rkf_multi_wait_frames(void);
 
@@ -349,6 +354,11 @@ u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip);
 struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code);
 int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf);
 void rkf_multi_image_free(struct rkf_multi_image *im);
+unsigned long rkf_multi_image_inflight(struct rkf_multi_image *im);
+unsigned long rkf_multi_image_dead(struct rkf_multi_image *im);
+void rkf_multi_image_retire(struct rkf_multi_image *im, void *garbage,
+			    void (*free)(void *garbage));
+void rkf_multi_image_drain_exit(void);
 
 /* c-shim/rkf_multi_deferred.c: freeing after grace periods, in process context. */
 __rkf_safe struct workqueue_struct *rkf_multi_deferred_init(void);

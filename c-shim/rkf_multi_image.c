@@ -4,12 +4,24 @@
  * (rust/core/src/tramp.rs, rust/multi/image.rs); allocating executable memory, writing
  * it and naming it for kallsyms, perf and the unwinder take the BPF JIT's own helpers,
  * and kfree_rcu() is a macro.
+ *
+ * An image with fexit trampolines counts the calls in flight inside its functions, as a
+ * BPF trampoline's image does (__bpf_tramp_enter(), __bpf_tramp_exit()): a task may sleep
+ * there for any time with a return address into the image on its stack.  Once no site
+ * calls it any more it is retired here, and freed only once the count is 0 and an RCU
+ * tasks grace period has passed.  When rkf_multi unloads, an image some call never came
+ * back to (the task exited inside the function, or still sleeps there) is declared dead:
+ * such a call then returns through it calling nothing, and the image is left behind, as
+ * the kernel leaves a BPF trampoline's image behind in that case.
  */
 
 #include <linux/bpf.h>
 #include <linux/filter.h>
+#include <linux/mutex.h>
 #include <linux/rculist.h>
+#include <linux/rcupdate_wait.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 #include <asm/alternative.h>
 #include <asm/cpufeature.h>
 #include <asm/nospec-branch.h>
@@ -21,14 +33,34 @@
  * @ksym: its symbol: kallsyms, perf and the unwinder know it as BPF text
  * @code: the text, from the BPF pack allocator
  * @size: its size
+ * @seq:  its number, in its symbol
+ * @inflight: calls inside a function of its fexit trampolines
+ * @dead: set when rkf_multi unloads with calls in flight: they return calling nothing
+ * @stuck: the calls that were in flight then
+ * @drain: on rkf_multi_draining once retired, until @inflight is 0
+ * @garbage: what its code names (the program slots), freed with it by @free
+ * @free: frees @garbage
  * @rcu:  frees the image once no reader of the BPF ksym tree can see @ksym
  */
 struct rkf_multi_image {
 	struct bpf_ksym ksym;
 	void *code;
 	u32 size;
+	u64 seq;
+	atomic_long_t inflight;
+	bool dead;
+	long stuck;
+	struct list_head drain;
+	void *garbage;
+	void (*free)(void *garbage);
 	struct rcu_head rcu;
 };
+
+/* Retired images with fexit trampolines, until no call is in flight inside them. */
+static LIST_HEAD(rkf_multi_draining);
+static DEFINE_MUTEX(rkf_multi_drain_lock);
+static void rkf_multi_drain_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(rkf_multi_drain_work, rkf_multi_drain_fn);
 
 /**
  * rkf_multi_return_thunk() - what generated code returns through
@@ -72,7 +104,7 @@ u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip)
 /**
  * rkf_multi_image_alloc() - allocate text for generated trampolines
  * @size: bytes
- * @seq:  a number for its symbol, rkf_multi_fentry_<seq>
+ * @seq:  a number for its symbol, rkf_multi_image_<seq>
  * @code: set to where the text will be, for the code to be generated for
  *
  * Return: the image, not yet executable, or NULL.
@@ -83,6 +115,7 @@ struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *
 
 	if (!im)
 		return NULL;
+	INIT_LIST_HEAD(&im->drain);
 	im->code = arch_alloc_bpf_trampoline(size);
 	if (!im->code) {
 		kfree(im);
@@ -90,7 +123,8 @@ struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *
 	}
 	im->size = size;
 	INIT_LIST_HEAD_RCU(&im->ksym.lnode);
-	snprintf(im->ksym.name, sizeof(im->ksym.name), "rkf_multi_fentry_%llu", seq);
+	im->seq = seq;
+	snprintf(im->ksym.name, sizeof(im->ksym.name), "rkf_multi_image_%llu", seq);
 	*code = (unsigned long)im->code;
 	return im;
 }
@@ -124,4 +158,136 @@ void rkf_multi_image_free(struct rkf_multi_image *im)
 	arch_free_bpf_trampoline(im->code, im->size);
 	/* bpf_ksym_find() walks the ksym tree under RCU (the unwinder, kallsyms). */
 	kfree_rcu(im, rcu);
+}
+
+/**
+ * rkf_multi_image_inflight() - where the image counts calls in flight
+ * @im: from rkf_multi_image_alloc()
+ *
+ * Return: the address of its count, an atomic_long_t, for generated code.
+ */
+unsigned long rkf_multi_image_inflight(struct rkf_multi_image *im)
+{
+	return (unsigned long)&im->inflight;
+}
+
+/**
+ * rkf_multi_image_dead() - where the image says it is dead
+ * @im: from rkf_multi_image_alloc()
+ *
+ * Return: the address of its dead flag, a byte, for generated code.
+ */
+unsigned long rkf_multi_image_dead(struct rkf_multi_image *im)
+{
+	BUILD_BUG_ON(sizeof(im->dead) != 1);
+	return (unsigned long)&im->dead;
+}
+
+/* Frees the images of @list, with their garbage, after an RCU tasks grace period. */
+static void rkf_multi_drain_free(struct list_head *list)
+{
+	struct rkf_multi_image *im, *tmp;
+
+	if (list_empty(list))
+		return;
+	/* A task that brought the count to 0 may still be in the image's epilogue. */
+	synchronize_rcu_tasks();
+	list_for_each_entry_safe(im, tmp, list, drain) {
+		list_del(&im->drain);
+		im->free(im->garbage);
+		rkf_multi_image_free(im);
+	}
+}
+
+/*
+ * Frees the retired images no call is in flight in.  An image a call never comes back
+ * to (the task exited inside the function) is looked at again every 100 ms until
+ * rkf_multi unloads.  It runs on system_long_wq: it may wait for a grace period.
+ */
+static void rkf_multi_drain_fn(struct work_struct *work)
+{
+	struct rkf_multi_image *im, *tmp;
+	LIST_HEAD(done);
+	bool more;
+
+	mutex_lock(&rkf_multi_drain_lock);
+	list_for_each_entry_safe(im, tmp, &rkf_multi_draining, drain)
+		if (!atomic_long_read(&im->inflight))
+			list_move(&im->drain, &done);
+	more = !list_empty(&rkf_multi_draining);
+	mutex_unlock(&rkf_multi_drain_lock);
+	rkf_multi_drain_free(&done);
+	if (more)
+		queue_delayed_work(system_long_wq, &rkf_multi_drain_work, HZ / 10);
+}
+
+/**
+ * rkf_multi_image_retire() - free an image with fexit trampolines once no call is in it
+ * @im:      from rkf_multi_image_alloc(): no site calls it, and an RCU tasks grace
+ *           period passed since the last did (no task can enter it any more)
+ * @garbage: what its code names, freed with it
+ * @free:    frees @garbage, in process context
+ *
+ * Calls that entered it may still be inside their functions: the image and @garbage are
+ * freed once the last has come back.
+ */
+void rkf_multi_image_retire(struct rkf_multi_image *im, void *garbage,
+			    void (*free)(void *garbage))
+{
+	im->garbage = garbage;
+	im->free = free;
+	mutex_lock(&rkf_multi_drain_lock);
+	list_add_tail(&im->drain, &rkf_multi_draining);
+	mutex_unlock(&rkf_multi_drain_lock);
+	mod_delayed_work(system_long_wq, &rkf_multi_drain_work, 0);
+}
+
+/**
+ * rkf_multi_image_drain_exit() - free or leave behind every retired image, at unload
+ *
+ * Called once nothing can retire an image any more.  An image with calls still in
+ * flight is declared dead, so that they come back through it calling nothing of
+ * rkf_multi's; after an RCU tasks grace period no task runs rkf_multi's code from it any
+ * more, its garbage is freed, and the image itself is left behind (its symbol renamed
+ * rkf_multi_leaked_<n>), as the kernel leaves a BPF trampoline's image whose calls never
+ * came back.
+ */
+void rkf_multi_image_drain_exit(void)
+{
+	struct rkf_multi_image *im, *tmp;
+	LIST_HEAD(idle);
+	LIST_HEAD(busy);
+
+	cancel_delayed_work_sync(&rkf_multi_drain_work);
+	mutex_lock(&rkf_multi_drain_lock);
+	list_for_each_entry_safe(im, tmp, &rkf_multi_draining, drain) {
+		im->stuck = atomic_long_read(&im->inflight);
+		if (im->stuck) {
+			WRITE_ONCE(im->dead, true);
+			list_move(&im->drain, &busy);
+		} else {
+			list_move(&im->drain, &idle);
+		}
+	}
+	mutex_unlock(&rkf_multi_drain_lock);
+	rkf_multi_drain_free(&idle);
+	if (list_empty(&busy))
+		return;
+	/*
+	 * A call that read the flag before it was set may be running fexit programs:
+	 * rkf_multi's code and the garbage.  It cannot sleep there.
+	 */
+	synchronize_rcu_tasks();
+	list_for_each_entry_safe(im, tmp, &busy, drain) {
+		list_del(&im->drain);
+		im->free(im->garbage);
+		pr_info("%s: %ld calls never came back; left behind, dead\n", im->ksym.name,
+			im->stuck);
+		/* No reader may see the name change: out of the tree for a grace period. */
+		bpf_image_ksym_del(&im->ksym);
+		synchronize_rcu();
+		INIT_LIST_HEAD_RCU(&im->ksym.lnode);
+		snprintf(im->ksym.name, sizeof(im->ksym.name), "rkf_multi_leaked_%llu", im->seq);
+		bpf_image_ksym_add(&im->ksym);
+	}
 }

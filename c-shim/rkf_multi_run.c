@@ -468,6 +468,26 @@ notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 }
 
 /**
+ * rkf_multi_run_exit() - run one fexit program, for a generated trampoline
+ * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
+ * @ctx: the trampoline's frame, with the return value
+ *
+ * The call may have slept inside the traced function for any time: a link detached
+ * meanwhile runs no more (its program and counters may be gone; the flag is not, while
+ * the image names it).  A link detached after the check is freed only after an RCU tasks
+ * grace period, which waits for this task: it cannot sleep before it returns to the
+ * trampoline.
+ */
+notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	if (unlikely(READ_ONCE(*p->detached)))
+		return;
+	rkf_multi_run_lock();
+	rkf_multi_run(p, ctx);
+	rkf_multi_run_unlock();
+}
+
+/**
  * rkf_multi_publish() - make @table the one the shared trampoline reads
  * @table: the new table, or NULL
  *

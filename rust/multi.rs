@@ -32,7 +32,7 @@ pub(crate) mod deferred;
 pub(crate) mod device;
 mod error;
 pub(crate) mod ftrace;
-mod image;
+pub(crate) mod image;
 mod link;
 mod refs;
 pub(crate) mod registry;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rkf_multi: one fentry or fexit BPF program on many kernel functions, through ftrace-direct
-//! trampolines (generated per function for fentry programs, one shared for fexit) with
+//! trampolines (generated per function, one shared for sessions and sleepable programs) with
 //! batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
 //! ENDBR, so it runs under IBT; generated code carries the return thunk and call depth
 //! accounting the cpu wants, as the BPF JIT's does.
@@ -67,8 +67,8 @@ mod rkf_h;
 mod tramp_core;
 
 use multi::{
-    deferred::Deferred, device::LinkFile, ftrace::FtraceOps, registry::Registry, shared::Frames,
-    template::SleepableTemplate,
+    deferred::Deferred, device::LinkFile, ftrace::FtraceOps, image::ImageDrain, registry::Registry,
+    shared::Frames, template::SleepableTemplate,
 };
 
 module! {
@@ -98,7 +98,9 @@ const _: () = {
 /// no link and no table left; then the shared trampoline's frames, waited for until every
 /// task that was inside a traced function or a sleepable program has returned through its
 /// text; then the deferred frees, drained, with the last tables, links and generated
-/// trampolines; then the ftrace_ops, which ftrace gave up with the last site; last the
+/// trampolines; then the retired images with fexit trampolines, freed once no call is
+/// in them, or declared dead and left behind (a task may never come back: it exited
+/// inside the function); then the ftrace_ops, which ftrace gave up with the last site; last the
 /// sleepable template's registration, which has nothing to undo.
 #[pin_data]
 pub(crate) struct RkfMulti {
@@ -108,6 +110,7 @@ pub(crate) struct RkfMulti {
     registry: Mutex<Registry>,
     frames: Frames,
     deferred: Deferred,
+    drain: ImageDrain,
     #[pin]
     ops: FtraceOps,
     _sleepable: SleepableTemplate,
@@ -120,6 +123,7 @@ impl kernel::InPlaceModule for RkfMulti {
             // the device does.
             _sleepable: SleepableTemplate::register()?,
             ops <- FtraceOps::new(),
+            drain: ImageDrain,
             deferred: Deferred::new()?,
             frames: Frames::new(),
             registry <- new_mutex!(Registry::new()),

@@ -68,6 +68,7 @@ pub struct rkf_multi_prog {
     pub cookie: u64_,
     pub stats: *mut rkf_multi_stats,
     pub link: u64_,
+    pub detached: *const bool_,
 }
 #[repr(C)]
 pub struct rkf_multi_func {
@@ -110,6 +111,9 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn rkf_multi_run_prog(p: *const rkf_multi_prog, ctx: *mut u64_);
+}
+unsafe extern "C" {
+    pub fn rkf_multi_run_exit(p: *const rkf_multi_prog, ctx: *mut u64_);
 }
 unsafe extern "C" {
     pub fn rkf_multi_publish(table: *const rkf_multi_table) -> *const rkf_multi_table;
@@ -174,6 +178,22 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn rkf_multi_image_free(im: *mut rkf_multi_image);
+}
+unsafe extern "C" {
+    pub fn rkf_multi_image_inflight(im: *mut rkf_multi_image) -> ffi::c_ulong;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_image_dead(im: *mut rkf_multi_image) -> ffi::c_ulong;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_image_retire(
+        im: *mut rkf_multi_image,
+        garbage: *mut ffi::c_void,
+        free: ::core::option::Option<unsafe extern "C" fn(garbage: *mut ffi::c_void)>,
+    );
+}
+unsafe extern "C" {
+    pub fn rkf_multi_image_drain_exit();
 }
 unsafe extern "C" {
     pub safe fn rkf_multi_deferred_init() -> *mut workqueue_struct;

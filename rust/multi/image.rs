@@ -5,7 +5,12 @@
 
 use core::ptr;
 
-use kernel::{alloc::KVVec, prelude::*, sync::Arc};
+use kernel::{
+    alloc::KVVec,
+    ffi::c_void,
+    prelude::*,
+    sync::{atomic::Atomic, Arc},
+};
 
 use crate::{
     rkf_h,
@@ -35,21 +40,34 @@ impl Trampoline {
 ///
 /// # Invariants
 ///
-/// `ptr` is an image from `rkf_multi_image_alloc()` that this object owns.  Its code is
-/// run only while a table holds the image: tables are dropped only after every site left
-/// the trampolines only they hold and no task can be running them (a deferred free with
-/// `tasks`), or, for a table never published, before any site called them.
+/// `ptr` is an image from `rkf_multi_image_alloc()` that this object owns, and `data`
+/// is `Some` until it is dropped.  Its code is entered only while a table holds the
+/// image: tables are dropped only after every site left the trampolines only they hold
+/// and no task can be entering them (a deferred free with `tasks`), or, for a table never
+/// published, before any site called them.  An image with fexit trampolines (`exit`) may
+/// still have calls in flight inside their functions then: c-shim/rkf_multi_image.c
+/// frees it, and `data`, once they have all come back.
 pub(crate) struct Image {
     ptr: *mut rkf_h::rkf_multi_image,
-    /// The programs the code names, by address: `struct rkf_multi_prog` in kernel data,
-    /// not in the executable image.  Never resized.
-    slots: KVVec<rkf_h::rkf_multi_prog>,
+    data: Option<KBox<ImageData>>,
     /// Functions whose trampolines were generated into it.
     funcs: u32,
+    /// Whether it has fexit trampolines, which count the calls in flight.
+    exit: bool,
+}
+
+/// What an image's code names, in kernel data.
+struct ImageData {
+    /// The programs, by address: `struct rkf_multi_prog`.  Never resized.
+    slots: KVVec<rkf_h::rkf_multi_prog>,
+    /// The detached flags of the links at the time, which the fexit slots name: a call
+    /// in flight reads its slot's on the way out, however long after the link went.
+    _detached: KVVec<Arc<Atomic<bool>>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes; its
-// slots name programs and counters that outlive it (they go with the same garbage).
+// slots name programs and counters that outlive its calls into them (they go with the
+// same garbage, and fexit slots are run only while their link's flag says attached).
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
@@ -63,9 +81,42 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
+        let data = self.data.take();
+        if let (true, Some(d)) = (self.exit, data) {
+            // SAFETY: this object owns the image and no site calls it (type invariant);
+            // `free_data` takes the box back once, in process context, when the image's
+            // calls in flight have come back.
+            unsafe {
+                rkf_h::rkf_multi_image_retire(self.ptr, KBox::into_raw(d).cast(), Some(free_data))
+            };
+            return;
+        }
         // SAFETY: this object owns the image and no code runs in it any more (type
-        // invariant).
+        // invariant: it has no fexit trampoline, so no call stays inside it).
         unsafe { rkf_h::rkf_multi_image_free(self.ptr) };
+    }
+}
+
+/// Frees what an image with fexit trampolines named, once it was drained.
+///
+/// # Safety
+///
+/// `data` comes from `KBox::<ImageData>::into_raw()` in [`Image::drop()`], and is freed
+/// once.
+unsafe extern "C" fn free_data(data: *mut c_void) {
+    // SAFETY: by the function's contract.
+    drop(unsafe { KBox::from_raw(data.cast::<ImageData>()) });
+}
+
+/// The retired images with fexit trampolines: at unload, the ones no call is in any more
+/// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
+pub(crate) struct ImageDrain;
+
+impl Drop for ImageDrain {
+    fn drop(&mut self) {
+        // SAFETY: this is rkf_multi's unloading, after its registry and deferred frees
+        // are gone: nothing retires an image any more.
+        unsafe { rkf_h::rkf_multi_image_drain_exit() };
     }
 }
 
@@ -76,8 +127,12 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) nr_args: u32,
     /// Its address.
     pub(crate) addr: u64,
-    /// Its programs, all fentry, in the order they run.
+    /// Its ftrace site + 5: where its body goes on.
+    pub(crate) ret_ip: u64,
+    /// Its programs, fentry then fexit, in the order they run.
     pub(crate) progs: &'a [rkf_h::rkf_multi_prog],
+    /// How many of them are fentry programs.
+    pub(crate) nr_fentry: usize,
 }
 
 /// What this cpu wants of generated code, as the BPF JIT emits it here: call depth
@@ -105,25 +160,34 @@ fn account(ip: u64, out: &mut [u8]) -> bool {
     n as usize == out.len()
 }
 
-/// Generates, in one new image named `rkf_multi_fentry_<seq>`, the trampolines of
-/// `funcs` for a cpu that wants `m`: returns the image and the address of each
-/// function's trampoline.
+/// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
+/// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
+/// fexit slots name): returns the image and the address of each function's trampoline.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
+    detached: &[&Arc<Atomic<bool>>],
     m: &Mitigations,
 ) -> Result<(Arc<Image>, KVVec<usize>)> {
     // Per function: its offset in the code, the registers to save and its length.
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    let (mut size, mut nr_slots) = (0usize, 0usize);
+    let (mut size, mut nr_slots, mut exit) = (0usize, 0usize, false);
     for f in funcs {
         let mut saved = f.nr_args;
         for p in f.progs {
             // SAFETY: the table's programs are held by their links.
             saved = saved.max(unsafe { rkf_h::rkf_multi_prog_ctx_args(p.prog) });
         }
+        let nr_exit = f.progs.len() - f.nr_fentry;
+        exit |= nr_exit > 0;
         size = tramp_core::align(size);
-        let len = tramp_core::len(f.nr_args, saved, f.progs.len() as u32, m);
+        let len = tramp_core::len(
+            f.nr_args,
+            saved,
+            f.nr_fentry as u32,
+            (nr_exit > 0).then_some(nr_exit as u32),
+            m,
+        );
         layout.push((size, saved, len), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
@@ -135,6 +199,19 @@ pub(crate) fn generate(
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
+    let mut flags = KVVec::with_capacity(if exit { detached.len() } else { 0 }, GFP_KERNEL)?;
+    if exit {
+        for &d in detached {
+            flags.push(d.clone(), GFP_KERNEL)?;
+        }
+    }
+    let data = KBox::new(
+        ImageData {
+            slots,
+            _detached: flags,
+        },
+        GFP_KERNEL,
+    )?;
     let size32 = u32::try_from(size).map_err(|_| E2BIG)?;
     let mut code = 0usize;
     // SAFETY: `code` is valid for writes.
@@ -145,27 +222,49 @@ pub(crate) fn generate(
     // INVARIANT: the image is ours; dropping `image` frees it, committed or not.
     let image = Image {
         ptr: im,
-        slots,
+        data: Some(data),
         funcs: funcs.len() as u32,
+        exit,
     };
+    let (inflight, dead) = if exit {
+        // SAFETY: `im` is a live image.
+        unsafe {
+            (
+                rkf_h::rkf_multi_image_inflight(im) as u64,
+                rkf_h::rkf_multi_image_dead(im) as u64,
+            )
+        }
+    } else {
+        (0, 0)
+    };
+    let slots = image.data.as_ref().map_or(&[][..], |d| &d.slots[..]);
     // int3 between the trampolines.
     let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
     let run = rkf_h::rkf_multi_run_prog as *const () as usize as u64;
+    let run_exit = rkf_h::rkf_multi_run_exit as *const () as usize as u64;
     let mut first_slot = 0usize;
     let mut slot_addrs = KVVec::<u64>::new();
     for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
         let n = f.progs.len();
         slot_addrs.clear();
-        for s in &image.slots[first_slot..first_slot + n] {
+        for s in &slots[first_slot..first_slot + n] {
             slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
         }
         first_slot += n;
+        let (entry, exits) = slot_addrs.split_at(f.nr_fentry);
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,
             addr: f.addr,
-            slots: &slot_addrs,
+            slots: entry,
             run,
+            exit: (!exits.is_empty()).then_some(tramp_core::Exit {
+                slots: exits,
+                body: f.ret_ip,
+                run: run_exit,
+                inflight,
+                dead,
+            }),
             mitigations: *m,
         };
         tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &spec).map_err(|_| ERANGE)?;

@@ -6,7 +6,10 @@
 use kernel::{
     alloc::KVVec,
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::{
+        atomic::{Atomic, Relaxed, Release},
+        Arc,
+    },
     types::Opaque,
 };
 
@@ -39,9 +42,24 @@ pub(crate) struct Link {
     pub(crate) stats: KVVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: KVVec<ModuleRef>,
+    /// Set once the link is detached (or its attach failed): generated fexit
+    /// trampolines read it through their slots for calls that were in flight, and keep
+    /// it for as long as such a call may come back.
+    pub(crate) detached: Arc<Atomic<bool>>,
 }
 
 impl Link {
+    /// A new link's detached flag: not detached.
+    pub(crate) fn new_flag() -> Result<Arc<Atomic<bool>>> {
+        Ok(Arc::new(Atomic::new(false), GFP_KERNEL)?)
+    }
+
+    /// Says the link is detached: calls in flight inside its functions run its program no
+    /// more on the way out.
+    pub(crate) fn mark_detached(&self) {
+        self.detached.store(true, Release);
+    }
+
     /// Whether the link traces the function at `site`.
     pub(crate) fn traces(&self, site: u64) -> bool {
         self.targets.binary_search_by_key(&site, |t| t.site).is_ok()

@@ -39,6 +39,16 @@ struct Garbage {
     _link: Option<Link>,
 }
 
+impl Garbage {
+    /// Says its link is detached: calls in flight inside its functions run the link's
+    /// program no more on the way out.
+    fn mark_detached(&self) {
+        if let Some(l) = &self._link {
+            l.mark_detached();
+        }
+    }
+}
+
 /// What attach and detach need besides the registry: ftrace, and the deferred frees.
 pub(crate) struct Services<'a> {
     /// rkf_multi's ftrace_ops.
@@ -128,6 +138,7 @@ impl Registry {
                 targets,
                 stats: Link::new_stats(n)?,
                 modules: c.modules,
+                detached: Link::new_flag()?,
             },
             GFP_KERNEL,
         )?;
@@ -157,6 +168,7 @@ impl Registry {
                 );
                 keep_loaded_forever(garbage, KVVec::new());
             } else {
+                garbage.mark_detached();
                 s.free_later(garbage, true);
             }
             // -EINVAL from update_ftrace_direct_add(): a site gained another direct
@@ -182,6 +194,7 @@ impl Registry {
                 );
                 keep_loaded_forever(garbage, KVVec::new());
             } else {
+                garbage.mark_detached();
                 s.free_later(garbage, true);
             }
             return Err(f.err.into());
@@ -213,9 +226,11 @@ impl Registry {
             }
         };
         // Publish first: once no table names them, the functions the shared trampoline
-        // serves run the link's program no more.  Then move and unhook the others; the
-        // old table and the link (its program and counters) go once no cpu reads that
-        // table and no task runs a trampoline it had.
+        // serves run the link's program no more, and calls in flight in generated fexit
+        // trampolines run it no more once it is marked detached.  Then move and unhook
+        // the others; the old table and the link (its program and counters) go once no
+        // cpu reads that table and no task runs a trampoline it had.
+        link.mark_detached();
         let garbage = self.publish(table, Some(link));
         let moved = updates.move_sites(s.ops);
         let unhooked = updates.unhook(s.ops);

@@ -59,8 +59,8 @@ fn progs_of<'a>(
 
 impl Table {
     /// Builds the table of `links`, or `None` if there is nothing to trace.  Functions
-    /// with fentry programs only keep their trampoline from `old` if their programs did
-    /// not change, or get a new one, generated in one image.
+    /// with fentry and fexit programs only keep their trampoline from `old` if their
+    /// programs did not change, or get a new one, generated in one image.
     pub(crate) fn build(
         links: &[Link],
         old: Option<&Table>,
@@ -98,6 +98,7 @@ impl Table {
                     cookie: l.targets[ti as usize].cookie,
                     stats: l.stats[ti as usize].get(),
                     link: l.id,
+                    detached: l.detached.as_ptr(),
                 },
                 GFP_KERNEL,
             )?;
@@ -136,7 +137,7 @@ impl Table {
         let bits = rules::index_bits(nr_funcs);
         let mut index = KVVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
         rules::build_index(funcs.iter().map(|f| f.ret_ip as u64), &mut index, bits);
-        let tramps = trampolines(gen, old, &funcs, &progs)?;
+        let tramps = trampolines(gen, old, links, &funcs, &progs)?;
         let raw = KBox::new(
             rkf_h::rkf_multi_table {
                 nr_funcs: nr_funcs as u32,
@@ -176,7 +177,8 @@ impl Table {
     }
 
     /// The generated trampoline of the function `f` in this table, if it has one and it
-    /// runs exactly `progs` on the same function: it can serve on.
+    /// runs exactly `progs` on the same function: it can serve on (its fexit slots name
+    /// the same links' flags).
     fn reusable(
         &self,
         f: &rkf_h::rkf_multi_func,
@@ -190,6 +192,7 @@ impl Table {
         let old = progs_of(&self.progs, o);
         let same = o.addr == f.addr
             && o.nr_args == f.nr_args
+            && o.nr_fentry == f.nr_fentry
             && old.len() == progs.len()
             && old.iter().zip(progs).all(|(a, b)| {
                 a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
@@ -219,6 +222,7 @@ pub(crate) fn publish(new: Option<&Table>) {
 fn trampolines(
     gen: &mut Generation,
     old: Option<&Table>,
+    links: &[Link],
     funcs: &[rkf_h::rkf_multi_func],
     progs: &[rkf_h::rkf_multi_prog],
 ) -> Result<KVVec<Trampoline>> {
@@ -228,8 +232,9 @@ fn trampolines(
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions with fentry programs only, none sleepable, get their own trampoline.
-    let own = |f: &rkf_h::rkf_multi_func| f.nr_fentry == f.nr_progs && f.sleepable == 0;
+    // Functions with fentry and fexit programs only, none sleepable, get their own
+    // trampoline.
+    let own = |f: &rkf_h::rkf_multi_func| f.nr_session == 0 && f.sleepable == 0;
     for f in funcs {
         let cand = if own(f) {
             old.and_then(|o| o.reusable(f, progs_of(progs, f)))
@@ -273,12 +278,18 @@ fn trampolines(
                 FuncCode {
                     nr_args: f.nr_args.into(),
                     addr: f.addr as u64,
+                    ret_ip: f.ret_ip as u64,
                     progs: progs_of(progs, f),
+                    nr_fentry: f.nr_fentry as usize,
                 },
                 GFP_KERNEL,
             )?;
         }
-        match image::generate(gen.images, &code, &gen.mitigations) {
+        let mut detached = KVVec::with_capacity(links.len(), GFP_KERNEL)?;
+        for l in links {
+            detached.push(&l.detached, GFP_KERNEL)?;
+        }
+        match image::generate(gen.images, &code, &detached, &gen.mitigations) {
             Ok((image, addrs)) => {
                 for (&i, &addr) in fresh.iter().zip(addrs.iter()) {
                     tramps[i as usize] = Trampoline::Generated {

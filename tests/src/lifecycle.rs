@@ -49,10 +49,23 @@ pub const TESTS: &[Test] = &[
         run: multi_traced_module_pinned,
     },
     Test {
+        name: "multi_rmmod_with_session_in_flight",
+        run: || multi_rmmod_in_flight(InFlight::Shared),
+    },
+    Test {
         name: "multi_rmmod_with_fexit_in_flight",
-        run: multi_rmmod_in_flight,
+        run: || multi_rmmod_in_flight(InFlight::Generated),
     },
 ];
+
+/// Which trampoline the call in flight went through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    /// The shared one (a session program): module text, which rmmod waits for.
+    Shared,
+    /// A generated fexit trampoline, BPF text: rmmod leaves it behind, dead.
+    Generated,
+}
 
 const STACK: &str = "rkf_stack";
 const MAX_STACK: &str = "/proc/sys/kernel/perf_event_max_stack";
@@ -252,14 +265,22 @@ fn multi_traced_module_pinned() -> Result<()> {
     Ok(())
 }
 
-/// rmmod right after heavy fexit traffic, with a task blocked inside a traced function
-/// (its fexit frame in flight): the unload waits for the task to come back through the
-/// trampoline, which then runs no program, and nothing breaks.
+/// rmmod right after heavy fexit traffic (generated fexit trampolines), with a task
+/// blocked inside a traced function, its call in flight.
+///
+/// Through the shared trampoline (`Shared`: a session program on the function), the
+/// unload waits for the task to come back through the trampoline's module text, which
+/// then runs no program, and nothing breaks.  Through a generated fexit trampoline
+/// (`Generated`), BPF text outside the module, the unload does not wait: the image is
+/// declared dead and left behind (kallsyms names it rkf_multi_leaked_<n>, dmesg says
+/// so), and the task comes back through it later, with the value it read, after
+/// rkf_multi is gone, calling nothing of it.
 ///
 /// The task blocks reading an eventfd (in `eventfd_read()`, which nothing else in the VM
 /// reads) until the test writes to it, which it does only once rmmod is seen waiting
-/// (the module is `going`): no step depends on how fast the machine is.
-fn multi_rmmod_in_flight() -> Result<()> {
+/// (the module is `going`) or, for `Generated`, done: no step depends on how fast the
+/// machine is.
+fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Instant;
@@ -268,6 +289,7 @@ fn multi_rmmod_in_flight() -> Result<()> {
 
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
+    let log_before = dmesg()?;
     let event = Arc::new(EventFd::new().context("eventfd")?);
     /// Releases the reader when the test ends, also on failure: a task left blocked in a
     /// traced function would hold up rmmod, and the runner's exit, for good.
@@ -284,8 +306,11 @@ fn multi_rmmod_in_flight() -> Result<()> {
         let read = rkf::multi::resolve(&["eventfd_read"])?.funcs;
         let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let blocked = rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let blocked = match via {
+            InFlight::Shared => rkf::multi::Link::attach(&skel.progs.session0, &read, None),
+            InFlight::Generated => rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None),
+        }
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Enters eventfd_read() through the trampoline, fexit pending, until the test
         // writes the eventfd.
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -305,6 +330,13 @@ fn multi_rmmod_in_flight() -> Result<()> {
                 "the reader never blocked in eventfd_read()"
             );
             std::thread::sleep(Duration::from_millis(20));
+        }
+        if via == InFlight::Generated {
+            let stack = kernel_stack(tid)?;
+            check!(
+                stack.iter().any(|f| f.starts_with("rkf_multi_image_")),
+                "the reader's stack shows no generated trampoline: {stack:?}"
+            );
         }
         let stop = AtomicBool::new(false);
         let fd =
@@ -345,13 +377,53 @@ fn multi_rmmod_in_flight() -> Result<()> {
         let r = rmmod_wait(MULTI, Duration::from_secs(120));
         (r, Instant::now())
     });
+    if via == InFlight::Generated {
+        // rkf_multi unloads with the reader still inside: its image stays, dead.
+        let (unloaded, _) = rmmod.join().expect("the rmmod thread panicked");
+        unloaded?;
+        check!(
+            !sleeper.is_finished(),
+            "the reader came back before anything was written"
+        );
+        check_eq!(module_state(MULTI)?, None, "rkf_multi's state after rmmod");
+        let leaked: Vec<String> = rkf::kallsyms::Kallsyms::load()?
+            .symbols()
+            .iter()
+            .filter(|s| {
+                s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_leaked_")
+            })
+            .map(|s| s.name.clone())
+            .collect();
+        check!(
+            !leaked.is_empty(),
+            "no image left behind in kallsyms with a call in flight"
+        );
+        let log = new_log(&log_before)?;
+        check!(
+            leaked.iter().any(|l| log.contains(&format!(
+                "{}: 1 calls never came back; left behind, dead",
+                l.replace("leaked", "image")
+            ))),
+            "dmesg does not name the image left behind ({leaked:?}): {log}"
+        );
+        event.write(7).context("releasing the reader")?;
+        let (r, _) = sleeper.join().expect("the reader panicked");
+        drop(release);
+        check_eq!(
+            r,
+            Ok(7),
+            "eventfd read() back through the dead image: the value written"
+        );
+        insmod(&ko).context("insmod rkf_multi again")?;
+        return crate::multi::smoke().context("rkf_multi after reload");
+    }
     // rmmod runs the module's exit, which waits for the reader's frame: the module is
     // going, and stays so while the reader is blocked.
     let deadline = Instant::now() + Duration::from_secs(120);
     while module_state(MULTI)?.as_deref() != Some("going") {
         check!(
             !rmmod.is_finished(),
-            "rmmod finished with a fexit frame in flight"
+            "rmmod finished with a session frame in flight"
         );
         check!(
             Instant::now() < deadline,
@@ -380,7 +452,7 @@ fn multi_rmmod_in_flight() -> Result<()> {
     );
     check!(
         unloaded_at >= woke,
-        "rmmod finished before the in-flight fexit frame returned"
+        "rmmod finished before the in-flight session frame returned"
     );
     insmod(&ko).context("insmod rkf_multi again")?;
     crate::multi::smoke().context("rkf_multi after reload")

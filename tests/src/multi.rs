@@ -450,7 +450,7 @@ fn tramp_images() -> Result<Vec<String>> {
     Ok(Kallsyms::load()?
         .symbols()
         .iter()
-        .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_fentry_"))
+        .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_image_"))
         .map(|s| s.name.clone())
         .collect())
 }
@@ -472,8 +472,8 @@ fn wait_tramp_images(what: &str, done: impl Fn(&[String]) -> bool) -> Result<()>
     }
 }
 
-/// Functions whose programs are all fentry run through trampolines generated for them,
-/// BPF text that kallsyms names rkf_multi_fentry_<n>: a stack taken inside the program
+/// Functions whose programs are fentry and fexit ones run through trampolines generated
+/// for them, BPF text that kallsyms names rkf_multi_image_<n>: a stack taken inside the program
 /// shows one, and walks on through it to the traced function and its callers.  Images
 /// are shared by the functions of one operation, replaced when a function's programs
 /// change, and freed once no link uses them.
@@ -527,9 +527,26 @@ fn generated_trampolines() -> Result<()> {
         2,
         "images after the first link closed: {left:?}"
     );
-    // An fexit program on some of them moves those to the shared trampoline: still one
-    // hit per function for each program.
+    // An fexit program on some of them gives those new trampolines, generated with the
+    // fexit program too: still one hit per function for each program.  A session
+    // program on one more takes the shared trampoline.
     let fexit = attach(&skel.progs.count_fexit2, &funcs[..3], None)?;
+    let session = attach(&skel.progs.session0, &funcs[3..4], None)?;
+    let callers = multi::direct_callers()?;
+    for f in &funcs[..3] {
+        let c = callers.get(&f.name).map(String::as_str).unwrap_or("none");
+        check!(
+            c.starts_with("rkf_multi_image_"),
+            "{} with fentry and fexit programs: direct caller {c}, not a generated trampoline",
+            f.name
+        );
+    }
+    check_eq!(
+        callers.get(&funcs[3].name).map(String::as_str),
+        Some("rkf_multi_tramp"),
+        "{} with a session program: its direct caller",
+        funcs[3].name
+    );
     let bss = run_once(&mut skel)?;
     check!(
         bss.counts[0][..funcs.len()].iter().all(|&c| c == 1)
@@ -539,6 +556,7 @@ fn generated_trampolines() -> Result<()> {
         &bss.counts[6][..3]
     );
     drop(fexit);
+    drop(session);
     let bss = run_once(&mut skel)?;
     check!(
         bss.counts[0][..funcs.len()].iter().all(|&c| c == 1)
@@ -797,7 +815,8 @@ pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
 /// kmemleak, whose bookkeeping of every allocation (with lockdep's and KASAN's) makes a
 /// cycle take a hundred times as long under TCG.
 ///
-/// The functions hooked and unhooked are ones no cpu runs at the time: multi-threaded TCG
+/// The functions hooked and unhooked, or moved from one trampoline to another, are ones
+/// no cpu runs at the time: multi-threaded TCG
 /// (the VM's accelerator) mishandles the kernel's patching of code that another vCPU runs
 /// in a loop, and the kernel's own fentry attach and detach on bpf_fentry_test1 under the
 /// callers of this test ends in the same `Oops: int3` at the function's ftrace site
@@ -827,6 +846,11 @@ fn storm() -> Result<()> {
         .collect();
     let _fentry = attach(&skel.progs.count_fentry0, permanent, None)?;
     let _fexit = attach(&skel.progs.count_fexit3, permanent, None)?;
+    // A session keeps the called functions on the shared trampoline for the whole storm:
+    // with fentry and fexit programs only, each would take a generated trampoline, which
+    // changes with its programs, so that every cycle would patch the ftrace site of a
+    // function both vCPUs call in a loop (see the comment above).
+    let _shared = attach(&skel.progs.session0, permanent, None)?;
     let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
     let churn_progs = [
         skel.progs.count_fentry1.as_fd(),

@@ -112,16 +112,32 @@ pub fn tracefs() -> Result<PathBuf> {
 /// tracing_multi's), as ftrace's `enabled_functions` shows them, each (`name`, or
 /// `name [module]`) with the holder's symbol; rkf_multi's own trampolines are left out.
 pub fn direct_holders() -> Result<HashMap<String, String>> {
-    let path = tracefs()?.join("enabled_functions");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(parse_direct_holders(&text))
+    Ok(parse_direct_holders(&enabled_functions()?))
 }
 
-/// [`direct_holders()`] of the text of `enabled_functions` (kernel/trace/ftrace.c
+/// Every function with a direct caller, rkf_multi's own trampolines (`rkf_multi_tramp`,
+/// the shared one; `rkf_multi_image_<n>`, generated) included, each with the caller's
+/// symbol.
+pub fn direct_callers() -> Result<HashMap<String, String>> {
+    Ok(parse_direct_callers(&enabled_functions()?))
+}
+
+fn enabled_functions() -> Result<String> {
+    let path = tracefs()?.join("enabled_functions");
+    std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// [`direct_holders()`] of the text of `enabled_functions`.
+pub fn parse_direct_holders(text: &str) -> HashMap<String, String> {
+    let mut out = parse_direct_callers(text);
+    out.retain(|_, sym| !sym.starts_with("rkf_multi_"));
+    out
+}
+
+/// [`direct_callers()`] of the text of `enabled_functions` (kernel/trace/ftrace.c
 /// `t_show()`): a line per function, `name [module] (count) flags`, the direct caller on
 /// a line of its own after it, `\tdirect-->symbol+offset/size`.
-pub fn parse_direct_holders(text: &str) -> HashMap<String, String> {
+pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let mut current: Option<&str> = None;
     for line in text.lines() {
@@ -135,7 +151,7 @@ pub fn parse_direct_holders(text: &str) -> HashMap<String, String> {
                 }
                 let target = &rest[arrow + 3..];
                 let sym = target.split(['+', ' ']).next().unwrap_or(target);
-                if !sym.is_empty() && !sym.starts_with("rkf_multi_") {
+                if !sym.is_empty() {
                     out.insert(name.to_string(), sym.to_string());
                 }
             }
@@ -617,7 +633,7 @@ mod tests {
                     bpf_fentry_test2 (1)      D       \n\
                     \tdirect-->rkf_multi_tramp+0x0/0x9d [rkf_multi]\n\
                     bpf_fentry_test3 (1)      D       \n\
-                    \tdirect-->rkf_multi_fentry_7+0x40/0x1000 [bpf]\n\
+                    \tdirect-->rkf_multi_image_7+0x40/0x1000 [bpf]\n\
                     vfs_read (2) R            \ttramp: 0xffffffffc0a01000 (function_trace_call+0x0/0x80) ->ftrace_ops_list_func+0x0/0x1a0\n\
                     foo [mod] (1)      D       \n\
                     \tdirect(jmp)-->bpf_trampoline_77+0x0/0x1000 [bpf]\n";
@@ -625,5 +641,9 @@ mod tests {
         assert_eq!(h.len(), 2, "{h:?}");
         assert_eq!(h["bpf_fentry_test1"], "bpf_trampoline_6442531112");
         assert_eq!(h["foo [mod]"], "bpf_trampoline_77");
+        let c = super::parse_direct_callers(text);
+        assert_eq!(c.len(), 4, "{c:?}");
+        assert_eq!(c["bpf_fentry_test2"], "rkf_multi_tramp");
+        assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_7");
     }
 }

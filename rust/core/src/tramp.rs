@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rkf_multi's per-function trampolines: x86-64 code generated for each traced function
-//! whose programs are all fentry.
+//! whose programs are fentry and fexit ones, none sleepable, no session.
 //!
 //! The shared trampoline (c-shim/rkf_multi_tramp.S) serves every function: it saves all
 //! six argument registers, looks the function up in a hash index and loops over its
-//! programs, about twice what a BPF trampoline costs.  A function with fentry programs
-//! only gets its own code instead, as a BPF trampoline does (arch/x86/net/bpf_jit_comp.c),
-//! with its argument count, its address and its programs built in:
+//! programs, about twice what a BPF trampoline costs.  A function with fentry and fexit
+//! programs only gets its own code instead, as a BPF trampoline does
+//! (arch/x86/net/bpf_jit_comp.c), with its argument count, its address and its programs
+//! built in:
 //!
 //! ```text
 //! [account]                                     call depth tracking: the entry's call
@@ -15,11 +16,22 @@
 //! mov [rbp-56+8*i], <arg i>   (i < saved)       ctx[i]
 //! mov qword [rbp-64], nr_args                   ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-72], rax           ctx[-2]: bpf_get_func_ip()
-//! for each program:
+//! [movabs rax, &inflight; lock inc qword [rax]] with fexit programs: a call in flight
+//! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-56]
 //!     [account]; call run                       run(slot, ctx)
 //! mov <arg i>, [rbp-56+8*i]   (i < nr_args)
-//! leave; ret; int3            or  leave; jmp <return thunk>
+//! with fexit programs:
+//!     [account]; call <site + 5>                the rest of the function
+//!     mov [rbp-8], rax; mov [rbp-56+8*nr_args], rax    ctx[6], bpf_get_func_ret()
+//!     movabs rax, &dead; cmp byte [rax], 0; jne out
+//!     for each fexit program:
+//!         movabs rdi, &slot; lea rsi, [rbp-56]
+//!         [account]; call run_exit              run_exit(slot, ctx)
+//! out: movabs rax, &inflight; lock dec qword [rax]; mov rax, [rbp-8]
+//!     leave; add rsp, 8                         back to the function's caller
+//! else: leave
+//! ret; int3                   or  jmp <return thunk>
 //! ```
 //!
 //! It carries what the JIT emits on cpus with mitigations ([`Mitigations`]): call depth
@@ -28,15 +40,21 @@
 //! instead of `ret` where the cpu wants return thunks.  Every branch in it is direct, to
 //! a target it names: it is entered by a direct call from the traced function's ftrace
 //! site (or by ftrace's `ret` into it), so it needs no ENDBR under IBT, as the JIT's
-//! direct-call trampolines have none.
+//! direct-call trampolines have none, and it calls the function's body directly, as the
+//! JIT does (the body has no ENDBR, and needs none for a direct call).
 //!
 //! `run` is `rkf_multi_run_prog()` (c-shim/rkf_multi_run.c): the recursion guard, run
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
-//! lives in kernel data, not in the code.  Like a BPF trampoline, the code restores the
-//! argument registers BTF says the function takes.  It saves at least those, and as many
-//! more as the programs read through ctx (the verifier's `max_ctx_offset`): programs are
-//! verified against six u64, and read the registers as they came, as through the shared
-//! trampoline, never stale stack.
+//! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
+//! have slept in the function for any time: it first checks that the slot's link is
+//! still attached.  Like a BPF trampoline, the code restores the argument registers BTF
+//! says the function takes.  It saves at least those, and as many more as the programs
+//! read through ctx (the verifier's `max_ctx_offset`): programs are verified against six
+//! u64, and read the registers as they came, as through the shared trampoline, never
+//! stale stack.  The calls in flight are counted per image, as a BPF trampoline counts
+//! them on its image (`__bpf_tramp_enter()`), so that an image is freed only once no
+//! call can come back into it; a call that comes back after the image was declared dead
+//! (rkf_multi unloading meanwhile) goes straight back to the function's caller.
 
 /// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
 /// `ctx[0]` is at `rbp - 56`.
@@ -45,6 +63,8 @@ pub const CTX: i8 = -56;
 pub const NR_ARGS: i8 = -64;
 /// `ctx[-2]`, the function's address.
 pub const FUNC_IP: i8 = -72;
+/// `ctx[6]`, the return value as the template's programs read it.
+pub const RET: i8 = -8;
 /// Bytes below rbp.
 pub const FRAME: u8 = 80;
 
@@ -95,6 +115,25 @@ impl Mitigations {
     }
 }
 
+/// What a trampoline does after its fentry programs when the function has fexit
+/// programs: it calls the rest of the function itself, as a BPF trampoline with
+/// `BPF_TRAMP_F_CALL_ORIG` does, then runs them.
+#[derive(Clone, Copy, Debug)]
+pub struct Exit<'a> {
+    /// The address of each fexit program's slot, in the order they run.
+    pub slots: &'a [u64],
+    /// Where the function goes on after its ftrace site (the site + 5): called directly.
+    pub body: u64,
+    /// The address of `rkf_multi_run_exit()`, which runs a slot unless its link is gone.
+    pub run: u64,
+    /// The image's count of calls in flight (an `atomic_long_t`): incremented on entry,
+    /// decremented on the way out.
+    pub inflight: u64,
+    /// The image's dead flag (a byte): once set, a call that comes back from the function
+    /// runs no fexit program and calls nothing, so the image may outlive rkf_multi.
+    pub dead: u64,
+}
+
 /// One trampoline to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Spec<'a> {
@@ -104,10 +143,12 @@ pub struct Spec<'a> {
     pub saved: u32,
     /// The function's address (`bpf_get_func_ip()`).
     pub addr: u64,
-    /// The address of each program's slot, in the order they run.
+    /// The address of each fentry program's slot, in the order they run.
     pub slots: &'a [u64],
     /// The address of `rkf_multi_run_prog()`.
     pub run: u64,
+    /// For a function with fexit programs: calling it and running them.
+    pub exit: Option<Exit<'a>>,
     /// What the cpu wants of the code.
     pub mitigations: Mitigations,
 }
@@ -119,10 +160,9 @@ pub enum EmitError {
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
-    /// `run` or the return thunk is out of reach of a rel32 branch from the code.
+    /// A call or the return thunk is out of reach of a rel32 branch from the code.
     TooFar,
-    /// The call depth accounting could not be written (the buffer then holds part of a
-    /// trampoline, to be discarded).
+    /// The call depth accounting could not be written.
     Accounting,
 }
 
@@ -137,21 +177,34 @@ pub fn align(off: usize) -> usize {
 }
 
 /// Bytes of the code of a trampoline that saves `saved` and restores `nr_args` argument
-/// registers and runs `nr_progs` programs, on a cpu that wants `m`.
-pub fn len(nr_args: u32, saved: u32, nr_progs: u32, m: &Mitigations) -> usize {
-    // accounting, prologue 1+3+4, stores 4 each, count 8, address 10+4, per program
-    // 10+4 + accounting + 5, loads 4 each, leave, the return.
+/// registers, runs `nr_entry` fentry programs and, with `nr_exit`, calls the function and
+/// runs that many fexit programs, on a cpu that wants `m`.
+pub fn len(
+    nr_args: u32,
+    saved: u32,
+    nr_entry: u32,
+    nr_exit: Option<u32>,
+    m: &Mitigations,
+) -> usize {
+    // Accounting, prologue 1+3+4, stores 4 each, count 8, address 10+4, per program
+    // 10+4 + accounting + 5, loads 4 each.
     let a = m.account_len();
-    a + 8
-        + 4 * saved as usize
-        + 8
-        + 14
-        + (19 + a) * nr_progs as usize
-        + 4 * nr_args as usize
-        + 1
-        + m.return_len()
+    let prog = 19 + a;
+    let head = a + 8 + 4 * saved as usize + 8 + 14;
+    let entry = prog * nr_entry as usize + 4 * nr_args as usize;
+    let tail = match nr_exit {
+        // leave, the return.
+        None => 1 + m.return_len(),
+        // The count up 10+4 (before the programs), the call, the return value to ctx[6]
+        // and ctx[nr_args], the dead check 10+3+6, the programs, the count down 10+4, the
+        // return value back, leave, skipping the return into the function 4, the return.
+        Some(n) => {
+            let ret_slots = if nr_args < MAX_ARGS { 8 } else { 4 };
+            14 + a + 5 + ret_slots + 19 + prog * n as usize + 14 + 4 + 1 + 4 + m.return_len()
+        }
+    };
+    head + entry + tail
 }
-
 /// A cursor over the output.
 struct Out<'a> {
     buf: &'a mut [u8],
@@ -180,51 +233,80 @@ impl Out<'_> {
     }
 }
 
-/// The rel32 of a call ending at `next` to `target`, if it reaches.
+/// The rel32 of a branch ending at `next` to `target`, if it reaches.
 fn rel32(next: u64, target: u64) -> Option<u32> {
     i32::try_from(target.wrapping_sub(next) as i64)
         .ok()
         .map(|r| r as u32)
 }
 
+/// `movabs rax, imm64`.
+const MOVABS_RAX: [u8; 2] = [0x48, 0xb8];
+/// `movabs rdi, imm64`.
+const MOVABS_RDI: [u8; 2] = [0x48, 0xbf];
+
+impl Out<'_> {
+    /// Call depth accounting for the call that follows (or the one that entered).
+    fn account(&mut self, at: u64, m: &Mitigations) -> Result<(), EmitError> {
+        if let Some(c) = m.call_depth {
+            let ip = at.wrapping_add(self.pos as u64);
+            if !(c.emit)(ip, &mut self.buf[self.pos..self.pos + c.len]) {
+                return Err(EmitError::Accounting);
+            }
+            self.pos += c.len;
+        }
+        Ok(())
+    }
+
+    /// A branch (`op`, then rel32) to `target` from code at `at`.
+    fn branch(&mut self, at: u64, op: &[u8], target: u64) -> Result<(), EmitError> {
+        let next = at.wrapping_add((self.pos + op.len() + 4) as u64);
+        let rel = rel32(next, target).ok_or(EmitError::TooFar)?;
+        self.bytes(op);
+        self.u32(rel);
+        Ok(())
+    }
+
+    /// Runs each of `slots` through `run`: `run(slot, ctx)`.
+    fn progs(
+        &mut self,
+        at: u64,
+        m: &Mitigations,
+        slots: &[u64],
+        run: u64,
+    ) -> Result<(), EmitError> {
+        for &slot in slots {
+            // movabs rdi, slot; lea rsi, [rbp+CTX]; call run
+            self.bytes(&MOVABS_RDI);
+            self.u64(slot);
+            self.bytes(&[0x48, 0x8d, 0x75, CTX as u8]);
+            self.account(at, m)?;
+            self.branch(at, &[0xe8], run)?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes trampoline `t` into `buf`, which will be executed at address `at` (`buf` is
-/// `len(t.nr_args, t.saved, t.slots.len(), &t.mitigations)` bytes).  Nothing is written
-/// on error, but for [`EmitError::Accounting`].
+/// [`len()`] bytes for `t`).  On error `buf` may hold part of a trampoline, to be
+/// discarded.
 pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let (n, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
-    if saved > ARG_REGS.len() || n > saved || t.slots.is_empty() {
+    let no_exit = t.exit.is_none_or(|e| e.slots.is_empty());
+    if saved > ARG_REGS.len() || n > saved || (t.slots.is_empty() && no_exit) {
         return Err(EmitError::BadShape);
     }
-    let total = len(t.nr_args, t.saved, t.slots.len() as u32, m);
+    if t.exit.is_some_and(|e| e.slots.is_empty()) {
+        return Err(EmitError::BadShape);
+    }
+    let nr_exit = t.exit.map(|e| e.slots.len() as u32);
+    let total = len(t.nr_args, t.saved, t.slots.len() as u32, nr_exit, m);
     if buf.len() != total {
         return Err(EmitError::BadBuffer);
     }
-    // The branches end at these offsets: check that the first and the last call, and the
-    // return thunk's jump, reach before writing.
-    let a = m.account_len();
-    let first_call_end = a + 8 + 4 * saved + 8 + 14 + 14 + a + 5;
-    let last_call_end = first_call_end + (19 + a) * (t.slots.len() - 1);
-    for end in [first_call_end, last_call_end] {
-        rel32(at.wrapping_add(end as u64), t.run).ok_or(EmitError::TooFar)?;
-    }
-    if let Some(thunk) = m.return_thunk {
-        rel32(at.wrapping_add(total as u64), thunk).ok_or(EmitError::TooFar)?;
-    }
     let mut o = Out { buf, pos: 0 };
-    let account = |o: &mut Out<'_>| -> Result<(), EmitError> {
-        if let Some(c) = m.call_depth {
-            if !(c.emit)(
-                at.wrapping_add(o.pos as u64),
-                &mut o.buf[o.pos..o.pos + c.len],
-            ) {
-                return Err(EmitError::Accounting);
-            }
-            o.pos += c.len;
-        }
-        Ok(())
-    };
     // The call that entered the trampoline: ftrace's site calls it directly.
-    account(&mut o)?;
+    o.account(at, m)?;
     // push rbp; mov rbp, rsp; sub rsp, FRAME
     o.bytes(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, FRAME]);
     for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
@@ -234,32 +316,49 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
     o.u32(t.nr_args);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
-    o.bytes(&[0x48, 0xb8]);
+    o.bytes(&MOVABS_RAX);
     o.u64(t.addr);
     o.rbp_mov((0, false), FUNC_IP, true);
-    for &slot in t.slots {
-        // movabs rdi, slot; lea rsi, [rbp+CTX]; call run
-        o.bytes(&[0x48, 0xbf]);
-        o.u64(slot);
-        o.bytes(&[0x48, 0x8d, 0x75, CTX as u8]);
-        account(&mut o)?;
-        o.bytes(&[0xe8]);
-        let next = at.wrapping_add(o.pos as u64 + 4);
-        // Checked above: every call lies between the first and the last.
-        o.u32(rel32(next, t.run).ok_or(EmitError::TooFar)?);
+    if let Some(e) = &t.exit {
+        // movabs rax, inflight; lock inc qword [rax]
+        o.bytes(&MOVABS_RAX);
+        o.u64(e.inflight);
+        o.bytes(&[0xf0, 0x48, 0xff, 0x00]);
     }
+    o.progs(at, m, t.slots, t.run)?;
     for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
         o.rbp_mov(reg, CTX + 8 * i as i8, false);
     }
+    if let Some(e) = &t.exit {
+        // call body; mov [rbp+RET], rax; mov [rbp+CTX+8*nr_args], rax
+        o.account(at, m)?;
+        o.branch(at, &[0xe8], e.body)?;
+        o.rbp_mov((0, false), RET, true);
+        if n < ARG_REGS.len() {
+            o.rbp_mov((0, false), CTX + 8 * n as i8, true);
+        }
+        // movabs rax, dead; cmp byte [rax], 0; jne out
+        o.bytes(&MOVABS_RAX);
+        o.u64(e.dead);
+        o.bytes(&[0x80, 0x38, 0x00]);
+        let prog = 19 + m.account_len();
+        let out = at.wrapping_add((o.pos + 6 + prog * e.slots.len()) as u64);
+        o.branch(at, &[0x0f, 0x85], out)?;
+        o.progs(at, m, e.slots, e.run)?;
+        // out: movabs rax, inflight; lock dec qword [rax]; mov rax, [rbp+RET]
+        o.bytes(&MOVABS_RAX);
+        o.u64(e.inflight);
+        o.bytes(&[0xf0, 0x48, 0xff, 0x08]);
+        o.rbp_mov((0, false), RET, false);
+    }
     // leave
     o.bytes(&[0xc9]);
+    if t.exit.is_some() {
+        // add rsp, 8: return to the function's caller, past the return into its body.
+        o.bytes(&[0x48, 0x83, 0xc4, 0x08]);
+    }
     match m.return_thunk {
-        // jmp thunk (checked above)
-        Some(thunk) => {
-            o.bytes(&[0xe9]);
-            let next = at.wrapping_add(o.pos as u64 + 4);
-            o.u32(rel32(next, thunk).ok_or(EmitError::TooFar)?);
-        }
+        Some(thunk) => o.branch(at, &[0xe9], thunk)?,
         // ret; int3
         None => o.bytes(&[0xc3, 0xcc]),
     }

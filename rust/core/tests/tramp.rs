@@ -43,13 +43,8 @@ fn disasm(code: &[u8], at: u64) -> (Vec<Instruction>, Vec<String>) {
 }
 
 /// What the trampoline must be, in the formatter's syntax.
-fn expected(
-    nr_args: usize,
-    saved: usize,
-    addr: u64,
-    slots: &[u64],
-    m: &Mitigations,
-) -> Vec<String> {
+fn expected(t: &Spec<'_>) -> Vec<String> {
+    let (nr_args, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
     let account = |e: &mut Vec<String>| {
         if m.call_depth.is_some() {
             e.push("ACCOUNT".to_string());
@@ -71,18 +66,45 @@ fn expected(
         -(NR_ARGS as i32),
         nr_args
     ));
-    e.push(format!("mov rax, {:#x}", addr));
+    e.push(format!("mov rax, {:#x}", t.addr));
     e.push(format!("mov [rbp-{:#x}], rax", -(FUNC_IP as i32)));
-    for s in slots {
-        e.push(format!("mov rdi, {:#x}", s));
-        e.push(format!("lea rsi, {}", slot(0)));
-        account(&mut e);
-        e.push("call RUN".to_string());
+    if let Some(x) = &t.exit {
+        e.push(format!("mov rax, {:#x}", x.inflight));
+        e.push("lock inc qword ptr [rax]".to_string());
     }
+    let progs = |e: &mut Vec<String>, slots: &[u64], run: &str| {
+        for s in slots {
+            e.push(format!("mov rdi, {:#x}", s));
+            e.push(format!("lea rsi, {}", slot(0)));
+            account(e);
+            e.push(format!("call {run}"));
+        }
+    };
+    progs(&mut e, t.slots, "RUN");
     for (i, r) in REGS.iter().enumerate().take(nr_args) {
         e.push(format!("mov {}, {}", r, slot(i)));
     }
+    let ret = format!("[rbp-{:#x}]", -(RET as i32));
+    assert_eq!(RET as i32, CTX as i32 + 8 * 6, "ctx[6]");
+    if let Some(x) = &t.exit {
+        account(&mut e);
+        e.push("call BODY".to_string());
+        e.push(format!("mov {ret}, rax"));
+        if nr_args < 6 {
+            e.push(format!("mov {}, rax", slot(nr_args)));
+        }
+        e.push(format!("mov rax, {:#x}", x.dead));
+        e.push("cmp byte ptr [rax], 0x0".to_string());
+        e.push("jne OUT".to_string());
+        progs(&mut e, x.slots, "RUN_EXIT");
+        e.push(format!("mov rax, {:#x}", x.inflight));
+        e.push("lock dec qword ptr [rax]".to_string());
+        e.push(format!("mov rax, {ret}"));
+    }
     e.push("leave".to_string());
+    if t.exit.is_some() {
+        e.push("add rsp, 0x8".to_string());
+    }
     match m.return_thunk {
         Some(_) => e.push("jmp THUNK".to_string()),
         None => e.extend(["ret", "int3"].map(String::from)),
@@ -127,12 +149,33 @@ fn cpus(thunk: u64) -> [Mitigations; 4] {
     ]
 }
 
+/// Bytes of `t`'s code.
+fn size(t: &Spec<'_>) -> usize {
+    let nr_exit = t.exit.map(|x| x.slots.len() as u32);
+    len(
+        t.nr_args,
+        t.saved,
+        t.slots.len() as u32,
+        nr_exit,
+        &t.mitigations,
+    )
+}
+
 fn check(at: u64, t: &Spec<'_>) {
     let m = &t.mitigations;
-    let n = len(t.nr_args, t.saved, t.slots.len() as u32, m);
+    let n = size(t);
     let mut buf = vec![0u8; n];
     emit(&mut buf, at, t).unwrap();
     let (insns, mut text) = disasm(&buf, at);
+    // Where the code after the fexit programs starts: the dead check's target.
+    let out = t.exit.map(|_| {
+        let dec = insns
+            .iter()
+            .position(|i| i.mnemonic() == Mnemonic::Dec && i.has_lock_prefix())
+            .expect("the count down");
+        insns[dec - 1].ip()
+    });
+    let mut runs = 0;
     for (i, s) in insns.iter().zip(text.iter_mut()) {
         // No branch through a register or memory: every target is named here.
         assert!(
@@ -145,8 +188,25 @@ fn check(at: u64, t: &Spec<'_>) {
         );
         match i.mnemonic() {
             Mnemonic::Call => {
-                assert_eq!(i.near_branch_target(), t.run, "call target");
-                *s = "call RUN".to_string();
+                let target = i.near_branch_target();
+                // The fentry programs' calls come first, then the body's, then the
+                // fexit programs'.
+                *s = if runs < t.slots.len() {
+                    assert_eq!(target, t.run, "call target");
+                    "call RUN"
+                } else if runs == t.slots.len() {
+                    assert_eq!(Some(target), t.exit.map(|x| x.body), "call target");
+                    "call BODY"
+                } else {
+                    assert_eq!(Some(target), t.exit.map(|x| x.run), "call target");
+                    "call RUN_EXIT"
+                }
+                .to_string();
+                runs += 1;
+            }
+            Mnemonic::Jne => {
+                assert_eq!(Some(i.near_branch_target()), out, "jne target");
+                *s = "jne OUT".to_string();
             }
             Mnemonic::Jmp => {
                 assert_eq!(Some(i.near_branch_target()), m.return_thunk, "jmp target");
@@ -167,10 +227,10 @@ fn check(at: u64, t: &Spec<'_>) {
             _ => {}
         }
     }
-    assert_eq!(
-        text,
-        expected(t.nr_args as usize, t.saved as usize, t.addr, t.slots, m)
-    );
+    assert_eq!(text, expected(t));
+    // Every call the code makes was seen: fentry programs, the body, fexit programs.
+    let exits = t.exit.map_or(0, |x| 1 + x.slots.len());
+    assert_eq!(runs, t.slots.len() + exits, "calls");
     // The code fills the buffer exactly.
     assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
 }
@@ -182,7 +242,22 @@ fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'
         addr,
         slots,
         run,
+        exit: None,
         mitigations: Mitigations::default(),
+    }
+}
+
+/// `t` with fexit programs `slots`.
+fn with_exit<'a>(t: Spec<'a>, slots: &'a [u64], body: u64, run: u64) -> Spec<'a> {
+    Spec {
+        exit: Some(Exit {
+            slots,
+            body,
+            run,
+            inflight: 0xffff_8880_0777_0010,
+            dead: 0xffff_8880_0777_0018,
+        }),
+        ..t
     }
 }
 
@@ -202,12 +277,20 @@ fn every_arg_count() {
         0xffff_8880_0123_4018,
         0xffff_8880_0123_4030,
     ];
+    let run_exit = 0xffff_ffff_c100_2400;
+    let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
     for m in cpus(0xffff_ffff_8200_0500) {
         for nr in 0..=6 {
             for saved in nr..=6 {
                 let addr = 0xffff_ffff_8123_4560;
                 check(at, &on(m, tramp(nr, saved, addr, &slots[..1], run)));
                 check(at, &on(m, tramp(nr, saved, addr, &slots, run)));
+                // fexit programs, with and without fentry ones.
+                let body = addr + 9;
+                let t = tramp(nr, saved, addr, &slots[..1], run);
+                check(at, &on(m, with_exit(t, &exits, body, run_exit)));
+                let t = tramp(nr, saved, addr, &[], run);
+                check(at, &on(m, with_exit(t, &exits[..1], body, run_exit)));
             }
         }
     }
@@ -216,11 +299,14 @@ fn every_arg_count() {
 #[test]
 fn refusals() {
     let slots = [0xffff_8880_0123_4000];
-    let mut buf = vec![0u8; len(1, 1, 1, &Mitigations::default())];
+    let mut buf = vec![0u8; len(1, 1, 1, None, &Mitigations::default())];
     let bad = |buf: &mut [u8], t: &Spec<'_>| {
         let before = buf.to_vec();
         let e = emit(buf, 0xffff_ff00_0000_0000, t);
-        assert_eq!(buf, &before[..], "written on error");
+        // A shape or buffer refused is refused before anything is written.
+        if matches!(e, Err(EmitError::BadShape | EmitError::BadBuffer)) {
+            assert_eq!(buf, &before[..], "written on error");
+        }
         e
     };
     assert_eq!(
@@ -256,7 +342,7 @@ fn refusals() {
         call_depth: None,
         return_thunk: Some(thunk),
     };
-    let mut tb = vec![0u8; len(1, 1, 1, &thunked(0))];
+    let mut tb = vec![0u8; len(1, 1, 1, None, &thunked(0))];
     assert_eq!(
         bad(
             &mut tb,
@@ -280,10 +366,47 @@ fn refusals() {
         }),
         return_thunk: None,
     };
-    let mut fb = vec![0u8; len(1, 1, 1, &failing)];
+    let mut fb = vec![0u8; len(1, 1, 1, None, &failing)];
     assert_eq!(
         emit(&mut fb, at, &on(failing, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::Accounting)
+    );
+    // fexit: no program at all, or an exit with none, is refused; the body and the exit
+    // run must be in reach.
+    let mut xb = vec![0u8; len(1, 1, 0, Some(1), &Mitigations::default())];
+    assert_eq!(
+        bad(&mut xb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(
+            &mut buf,
+            &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at)
+        ),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(
+            &mut xb,
+            &with_exit(tramp(1, 1, 0, &[], at), &slots, at + (1 << 32), at)
+        ),
+        Err(EmitError::TooFar)
+    );
+    assert_eq!(
+        bad(
+            &mut xb,
+            &with_exit(tramp(1, 1, 0, &[], at), &slots, at, at - (1 << 32))
+        ),
+        Err(EmitError::TooFar)
+    );
+    check(
+        at,
+        &with_exit(
+            tramp(1, 1, 0, &[], at),
+            &slots,
+            at - (1 << 30),
+            at + (1 << 30),
+        ),
     );
 }
 
@@ -302,6 +425,25 @@ proptest! {
         let saved = (nr + extra).min(6);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         check(at, &on(m, tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64))));
+    }
+
+    #[test]
+    fn decodes_as_intended_with_fexit(
+        nr in 0u32..=6,
+        extra in 0u32..=6,
+        entries in prop::collection::vec(any::<u64>(), 0..4),
+        exits in prop::collection::vec(any::<u64>(), 1..4),
+        at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
+        deltas in prop::array::uniform3(-(1i64 << 30)..(1i64 << 30)),
+        addr in any::<u64>(),
+        cpu in 0usize..4,
+        thunk_delta in -(1i64 << 30)..(1i64 << 30),
+    ) {
+        let saved = (nr + extra).min(6);
+        let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
+        let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
+        let t = tramp(nr, saved, addr, &entries, run);
+        check(at, &on(m, with_exit(t, &exits, body, run_exit)));
     }
 }
 

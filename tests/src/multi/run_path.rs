@@ -137,9 +137,9 @@ fn on_path(
     }))
 }
 
-/// An fentry link on bpf_fentry_test1 (a generated trampoline) and an fexit link on
-/// bpf_fentry_test2 (the shared trampoline).  Without them, the graph tracer sees the two
-/// functions call nothing; with them, every traceable function the trampolines call
+/// An fentry link on bpf_fentry_test1 and an fexit link on bpf_fentry_test2 (generated
+/// trampolines) and a session link on bpf_fentry_test3 (the shared trampoline).  Without
+/// them, the graph tracer sees the three functions call nothing; with them, every traceable function the trampolines call
 /// directly in every run is on rkf's deny list (what those call in turn, and slow paths
 /// such as a preemption at `preempt_enable()`, are the kernel's, as for its own
 /// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
@@ -148,7 +148,11 @@ fn on_path(
 pub(super) fn run_path_calls_only_denied() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
-    let roots = [funcs[0].name.as_str(), funcs[1].name.as_str()];
+    let roots = [
+        funcs[0].name.as_str(),
+        funcs[1].name.as_str(),
+        funcs[2].name.as_str(),
+    ];
     let phase = |skel: &mut super::MultiSkel<'_>| -> Result<BTreeMap<String, BTreeSet<String>>> {
         let t = GraphTrace::start(&roots)?;
         for _ in 0..RUNS {
@@ -170,6 +174,7 @@ pub(super) fn run_path_calls_only_denied() -> Result<()> {
     {
         let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
         let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
+        let _session = attach(&skel.progs.session0, &funcs[2..3], None)?;
         for (root, called) in phase(&mut skel)? {
             diag!("traceable functions rkf_multi calls under {root}(): {called:?}");
             for f in &called {
@@ -253,7 +258,7 @@ fn run_stats(id: u32) -> Result<(u64, u64)> {
         .with_context(|| format!("program {id} is not listed"))
 }
 
-/// Both trampolines keep `bpf_prog_run()`'s statistics (kernel.bpf_stats_enabled, or
+/// Every kind of trampoline keeps `bpf_prog_run()`'s statistics (kernel.bpf_stats_enabled, or
 /// `BPF_ENABLE_STATS` as here): with them off a program's run count stays 0, with them on
 /// it counts every run and its time.
 pub(super) fn run_stats_kept() -> Result<()> {
@@ -269,7 +274,12 @@ pub(super) fn run_stats_kept() -> Result<()> {
     let (skel, funcs) = setup(&mut obj)?;
     let fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
     let fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
-    let ids = [fentry.info()?.prog_id, fexit.info()?.prog_id];
+    let session = attach(&skel.progs.session0, &funcs[2..3], None)?;
+    let ids = [
+        fentry.info()?.prog_id,
+        fexit.info()?.prog_id,
+        session.info()?.prog_id,
+    ];
     for _ in 0..RUNS {
         trigger(&skel)?;
     }
@@ -296,14 +306,17 @@ pub(super) fn run_stats_kept() -> Result<()> {
             trigger(&skel)?;
         }
     }
-    for (id, what) in ids
-        .iter()
-        .zip(["fentry (generated trampoline)", "fexit (shared trampoline)"])
-    {
+    for (id, what) in ids.iter().zip([
+        "fentry (generated trampoline)",
+        "fexit (generated trampoline)",
+        "session (shared trampoline)",
+    ]) {
         let (runs, ns) = run_stats(*id)?;
+        // A session program runs twice a call: on entry and on exit.
+        let per_call = if what.starts_with("session") { 2 } else { 1 };
         check_eq!(
             runs,
-            RUNS as u64,
+            per_call * RUNS as u64,
             "{what} program {id}'s run count with statistics on"
         );
         check!(ns > 0, "{what} program {id}: {runs} runs took no time");
