@@ -122,7 +122,7 @@ lint: kernel-test
 # on every function had not finished after 5 minutes).  The README's Tests section says so.
 vm-test: selftests-package-test
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2700} scripts/vm.sh test --out build/vm/vm-test -- \
-		tests/guest-selftests.sh -x multi_attach_everything_fentry
+		tests/guest-selftests.sh -x multi_attach_everything_fentry_fexit
 
 vm-test-distro: selftests-package-distro
 	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh

@@ -125,7 +125,7 @@ pub const TESTS: &[Test] = &[
         run: session::session_limit,
     },
     Test {
-        name: "multi_attach_everything_fentry",
+        name: "multi_attach_everything_fentry_fexit",
         run: everything::attach_everything,
     },
 ];
