@@ -199,14 +199,22 @@ static void rkf_multi_drain_free(struct list_head *list)
 	}
 }
 
+/* How long the drain waits before it looks again; under rkf_multi_drain_lock. */
+#define RKF_MULTI_DRAIN_MIN	(HZ / 10)
+#define RKF_MULTI_DRAIN_MAX	(10 * HZ)
+static unsigned long rkf_multi_drain_delay = RKF_MULTI_DRAIN_MIN;
+
 /*
  * Frees the retired images no call is in flight in.  An image a call never comes back
- * to (the task exited inside the function) is looked at again every 100 ms until
- * rkf_multi unloads.  It runs on system_long_wq: it may wait for a grace period.
+ * to (the task exited inside the function, or a kernel thread sleeps there for good) is
+ * looked at again after 100 ms, then less and less often, down to every 10 s, until
+ * rkf_multi unloads; an image retired meanwhile starts again at 100 ms.  It runs on
+ * system_long_wq: it may wait for a grace period.
  */
 static void rkf_multi_drain_fn(struct work_struct *work)
 {
 	struct rkf_multi_image *im, *tmp;
+	unsigned long delay;
 	LIST_HEAD(done);
 	bool more;
 
@@ -215,10 +223,12 @@ static void rkf_multi_drain_fn(struct work_struct *work)
 		if (!atomic_long_read(&im->inflight))
 			list_move(&im->drain, &done);
 	more = !list_empty(&rkf_multi_draining);
+	delay = rkf_multi_drain_delay;
+	rkf_multi_drain_delay = min(2 * delay, RKF_MULTI_DRAIN_MAX);
 	mutex_unlock(&rkf_multi_drain_lock);
 	rkf_multi_drain_free(&done);
 	if (more)
-		queue_delayed_work(system_long_wq, &rkf_multi_drain_work, HZ / 10);
+		queue_delayed_work(system_long_wq, &rkf_multi_drain_work, delay);
 }
 
 /**
@@ -238,6 +248,7 @@ void rkf_multi_image_retire(struct rkf_multi_image *im, void *garbage,
 	im->free = free;
 	mutex_lock(&rkf_multi_drain_lock);
 	list_add_tail(&im->drain, &rkf_multi_draining);
+	rkf_multi_drain_delay = RKF_MULTI_DRAIN_MIN;
 	mutex_unlock(&rkf_multi_drain_lock);
 	mod_delayed_work(system_long_wq, &rkf_multi_drain_work, 0);
 }
@@ -278,14 +289,16 @@ void rkf_multi_image_drain_exit(void)
 	 * rkf_multi's code and the garbage.  It cannot sleep there.
 	 */
 	synchronize_rcu_tasks();
-	list_for_each_entry_safe(im, tmp, &busy, drain) {
-		list_del(&im->drain);
+	list_for_each_entry(im, &busy, drain) {
 		im->free(im->garbage);
 		pr_info("%s: %ld calls never came back; left behind, dead\n", im->ksym.name,
 			im->stuck);
 		/* No reader may see the name change: out of the tree for a grace period. */
 		bpf_image_ksym_del(&im->ksym);
-		synchronize_rcu();
+	}
+	synchronize_rcu();
+	list_for_each_entry_safe(im, tmp, &busy, drain) {
+		list_del(&im->drain);
 		INIT_LIST_HEAD_RCU(&im->ksym.lnode);
 		snprintf(im->ksym.name, sizeof(im->ksym.name), "rkf_multi_leaked_%llu", im->seq);
 		bpf_image_ksym_add(&im->ksym);

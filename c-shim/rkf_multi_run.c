@@ -474,16 +474,15 @@ notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
  *
  * The call may have slept inside the traced function for any time: a link detached
  * meanwhile runs no more (its program and counters may be gone; the flag is not, while
- * the image names it).  A link detached after the check is freed only after an RCU tasks
- * grace period, which waits for this task: it cannot sleep before it returns to the
- * trampoline.
+ * the image names it).  The flag is read under RCU: a link is marked detached before the
+ * table without it is published, and freed only after an RCU grace period after that,
+ * so a run that saw it attached ends before its program and counters go.
  */
 notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
 {
-	if (unlikely(READ_ONCE(*p->detached)))
-		return;
 	rkf_multi_run_lock();
-	rkf_multi_run(p, ctx);
+	if (likely(!READ_ONCE(*p->detached)))
+		rkf_multi_run(p, ctx);
 	rkf_multi_run_unlock();
 }
 

@@ -65,9 +65,11 @@ struct ImageData {
     _detached: KVVec<Arc<Atomic<bool>>>,
 }
 
-// SAFETY: an image is freed once, from any task, when the last table using it goes; its
-// slots name programs and counters that outlive its calls into them (they go with the
-// same garbage, and fexit slots are run only while their link's flag says attached).
+// SAFETY: an image is freed once, from any task, when the last table using it goes (or
+// its calls in flight came back); its slots name programs and counters that outlive the
+// runs of them: fentry slots run only while a table holds the image, fexit slots only
+// while their link's flag, read under RCU, says attached (a link is freed an RCU grace
+// period after it was marked).
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
