@@ -125,7 +125,12 @@ kvm_works() {
 # no5lvl: with TCG's "max" cpu the kernel turns on 5-level paging, and KASAN then reports
 # a wild access in the first interrupt during early boot (identify_boot_cpu); rkf does not
 # need 5-level paging.
-kargs="root=/dev/root no5lvl${append:+ $append}"
+# rcu_task_stall_timeout, in jiffies, is brought down to rcu_task_stall_info's 10 s: an
+# RCU tasks grace period held back that long fails the run (below), and the stall warning
+# names the holdout tasks with their stacks, where the info line names none.
+hz=$(sed -n 's/^CONFIG_HZ=//p' "$kdir/.config")
+[[ $hz =~ ^[0-9]+$ ]] || die "no CONFIG_HZ in $kdir/.config"
+kargs="root=/dev/root no5lvl rcupdate.rcu_task_stall_timeout=$((10 * hz))${append:+ $append}"
 vng_args=(--run "$image" --cpus 2 --memory 2G --user root --rwdir "$out" --verbose
 	  --append "$kargs")
 qemu_opts=()

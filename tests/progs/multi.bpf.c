@@ -28,8 +28,18 @@ struct rec {
 
 /* Inputs: the functions' addresses, as bpf_get_func_ip() returns them. */
 __u64 ips[MAX_FUNCS];
-/* 0: every task; otherwise only this one (for real vmlinux functions). */
+/*
+ * 0: every task; otherwise only this one's own calls (for real vmlinux functions): not
+ * those of an interrupt that arrives while it runs.
+ */
 __u32 target_pid;
+
+/* The preemption counter's context bits (include/linux/preempt.h). */
+#define SOFTIRQ_OFFSET	0x00000100
+#define HARDIRQ_MASK	0x000f0000
+#define NMI_MASK	0x00f00000
+
+extern int __preempt_count __ksym;
 
 /* Outputs. */
 struct rec fentry_recs[MAX_FUNCS];
@@ -45,9 +55,19 @@ static __always_inline int slot_of(__u64 ip)
 	return -1;
 }
 
+/* in_task() (include/linux/preempt.h), as bpf_experimental.h's bpf_in_interrupt(). */
+static __always_inline bool in_task(void)
+{
+	int pc = *(int *)bpf_this_cpu_ptr(&__preempt_count);
+
+	return !(pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET));
+}
+
 static __always_inline bool wanted(void)
 {
-	return !target_pid || (__u32)bpf_get_current_pid_tgid() == target_pid;
+	if (!target_pid)
+		return true;
+	return (__u32)bpf_get_current_pid_tgid() == target_pid && in_task();
 }
 
 static __always_inline void record(struct rec *r, void *ctx, __u64 *a)
