@@ -125,12 +125,7 @@ kvm_works() {
 # no5lvl: with TCG's "max" cpu the kernel turns on 5-level paging, and KASAN then reports
 # a wild access in the first interrupt during early boot (identify_boot_cpu); rkf does not
 # need 5-level paging.
-# rcu_task_stall_timeout, in jiffies, is brought down to rcu_task_stall_info's 10 s: an
-# RCU tasks grace period held back that long fails the run (below), and the stall warning
-# names the holdout tasks with their stacks, where the info line names none.
-hz=$(sed -n 's/^CONFIG_HZ=//p' "$kdir/.config")
-[[ $hz =~ ^[0-9]+$ ]] || die "no CONFIG_HZ in $kdir/.config"
-kargs="root=/dev/root no5lvl rcupdate.rcu_task_stall_timeout=$((10 * hz))${append:+ $append}"
+kargs="root=/dev/root no5lvl${append:+ $append}"
 vng_args=(--run "$image" --cpus 2 --memory 2G --user root --rwdir "$out" --verbose
 	  --append "$kargs")
 qemu_opts=()
@@ -162,7 +157,15 @@ if okdir=$("$RKF_ROOT/scripts/kernel.sh" dir "$other" 2>/dev/null); then
 fi
 # For the guest's header line: the config package of the distro flavour, and the cpu model.
 kconfig=$(sed -n 's/^config //p' "$kdir/.rkf-built")
+# guest-wrap.sh brings RCU tasks' stall warning (rcu_task_stall_timeout, in jiffies, 10
+# minutes by default) down to rcu_task_stall_info's 10 s: a grace period held back that
+# long fails the run (below), and the warning names the holdout tasks with their stacks,
+# where the info line names none.  Not on the command line: there it would also cut the
+# boot-time RCU tasks self-tests' deadline (kernel/rcu/tasks.h) from 30 s to 10 s.
+hz=$(sed -n 's/^CONFIG_HZ=//p' "$kdir/.config")
+[[ $hz =~ ^[0-9]+$ ]] || die "no CONFIG_HZ in $kdir/.config"
 guest_env=(${RKF_DKMS_MODDIR:+"RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR"} "RKF_OUT=$out" "RKF_ROOT=$RKF_ROOT"
+	   "RKF_RCU_TASK_STALL_TIMEOUT=$((10 * hz))"
 	   "RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir")" "RKF_KSRC_PKG=$RKF_KSRC_PKG"
 	   "RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version)"
 	   ${kconfig:+"RKF_KCONFIG=$kconfig"} ${cpu:+"RKF_VM_CPU=$cpu"})

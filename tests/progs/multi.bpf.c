@@ -39,6 +39,10 @@ __u32 target_pid;
 #define HARDIRQ_MASK	0x000f0000
 #define NMI_MASK	0x00f00000
 
+/*
+ * An unsigned long in the kernel (arch/x86/include/asm/preempt.h); the count is in its low
+ * 32 bits, read as an int as bpf_experimental.h's get_preempt_count() reads it.
+ */
 extern int __preempt_count __ksym;
 
 /* Outputs. */
@@ -55,7 +59,11 @@ static __always_inline int slot_of(__u64 ip)
 	return -1;
 }
 
-/* in_task() (include/linux/preempt.h), as bpf_experimental.h's bpf_in_interrupt(). */
+/*
+ * in_task() (include/linux/preempt.h): no NMI, no hard interrupt, not serving a softirq
+ * (a task with bottom halves disabled is still itself).  Not PREEMPT_RT's, where softirqs
+ * run in tasks: none of these tests runs on RT.
+ */
 static __always_inline bool in_task(void)
 {
 	int pc = *(int *)bpf_this_cpu_ptr(&__preempt_count);

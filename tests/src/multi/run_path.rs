@@ -9,15 +9,19 @@
 //! CONFIG_DEBUG_ATOMIC_SLEEP (include/linux/kernel.h), which a BPF trampoline never calls.
 //! Which functions the path calls out of line depends on the kernel's config (PREEMPT_RCU,
 //! KASAN, DEBUG_ATOMIC_SLEEP, ...), so the test asks the kernel: the function graph
-//! tracer, started at the traced functions, records every traceable function the
-//! trampolines call.  The generated trampolines call into rkf_multi only, and rkf_multi's
-//! code is not traceable, so what they call out of line is a function rkf_multi.ko
-//! imports: the tracer hooks those, rkf_multi's own traceable functions if any, and the
-//! roots, not every function of the kernel.  Under TCG, patching every call site, or
-//! matching a few dozen names against every one, takes one write(2) longer than RCU
-//! tasks' 10 s report threshold and holds back any grace period waiting meanwhile; the
-//! filter is written by index (the lines of available_filter_functions), which finds each
-//! function without a search.
+//! tracer, started at the traced functions, records the hooked functions the trampolines
+//! call.  The generated and shared trampolines call rkf_multi's run functions (not on
+//! ftrace's list), the function's body and the return thunk; everything the path calls
+//! out of line in the kernel is therefore an import of rkf_multi.ko.  The tracer hooks the
+//! roots, every traceable import, and rkf_multi's own traceable functions (its attach
+//! code is on ftrace's list; the path must not call it either), not every function of the
+//! kernel: what an untraceable import (lockdep's `lock_acquire()`, RCU's debug checks,
+//! `preempt_schedule_notrace()`) calls in turn is left out, as are helpers that a program
+//! calls.  Under TCG, hooking every function, or matching a few dozen names against every
+//! one, takes one write(2) longer than RCU tasks' 10 s report threshold and holds back any
+//! grace period waiting meanwhile; the filter is written by index (the lines of
+//! available_filter_functions), which finds each function without a search, and read
+//! back.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -194,7 +198,8 @@ fn on_path(
 
 /// An fentry link on bpf_fentry_test1 and an fexit link on bpf_fentry_test2 (generated
 /// trampolines) and a session link on bpf_fentry_test3 (the shared trampoline).  Without
-/// them, the graph tracer sees the three functions call nothing; with them, every traceable function the trampolines call
+/// them, the graph tracer sees the three functions call nothing; with them, every hooked
+/// function (see the module's doc) the trampolines call
 /// directly in every run is on rkf's deny list (what those call in turn, and slow paths
 /// such as a preemption at `preempt_enable()`, are the kernel's, as for its own
 /// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
