@@ -161,15 +161,21 @@ pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
     out
 }
 
-/// The functions ftrace can hook, with counts: the lines of available_filter_functions,
-/// `name` for vmlinux and `name [module]` for modules.
-pub fn ftrace_functions() -> Result<HashMap<String, u32>> {
+/// The lines of available_filter_functions in order (`name` for vmlinux, `name [module]`
+/// for modules): line `i` is the function that index `i + 1` names in set_ftrace_filter.
+pub fn ftrace_function_lines() -> Result<Vec<String>> {
     let path = tracefs()?.join("available_filter_functions");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+/// The functions ftrace can hook, with counts: the lines of available_filter_functions,
+/// `name` for vmlinux and `name [module]` for modules.
+pub fn ftrace_functions() -> Result<HashMap<String, u32>> {
     let mut m = HashMap::new();
-    for line in text.lines() {
-        *m.entry(line.to_string()).or_insert(0) += 1;
+    for line in ftrace_function_lines()? {
+        *m.entry(line).or_insert(0) += 1;
     }
     Ok(m)
 }

@@ -162,14 +162,15 @@ fn hooked(roots: &[&str]) -> Result<Hooked> {
         .filter(|s| s.is_undefined())
         .filter_map(|s| s.name().ok())
         .collect();
-    let path = multi::tracefs()?.join("available_filter_functions");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let out: Hooked = text
-        .lines()
+    let out: Hooked = multi::ftrace_function_lines()?
+        .into_iter()
         .enumerate()
-        .filter(|(_, l)| imports.contains(l) || roots.contains(l) || l.ends_with(" [rkf_multi]"))
-        .map(|(i, l)| (i + 1, l.to_string()))
+        .filter(|(_, l)| {
+            imports.contains(l.as_str())
+                || roots.contains(&l.as_str())
+                || l.ends_with(" [rkf_multi]")
+        })
+        .map(|(i, l)| (i + 1, l))
         .collect();
     // rkf_multi frees what it allocates: without kfree() the symbols were not read.
     check!(
