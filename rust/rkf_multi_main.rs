@@ -33,9 +33,15 @@ mod multi;
     reason = "shared with the rkf-core host crate, where it is public"
 )]
 mod abi;
-// The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules
-// and the table's.  The glob matcher and the decoding of refusals are user space's, and
+// The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules,
+// the table's and the size of ftrace updates.  The glob matcher and the decoding of refusals are user space's, and
 // are not built here.
+#[path = "core/src/multi/batch.rs"]
+#[expect(
+    unreachable_pub,
+    reason = "shared with the rkf-core host crate, where it is public"
+)]
+mod multi_batch;
 #[path = "core/src/multi/rules.rs"]
 #[expect(
     unreachable_pub,

@@ -5,14 +5,18 @@
 //!
 //! An operation turns the routes of the published table (each traced function's site and
 //! the trampoline it calls) into those of the next; [`Updates`] is the difference,
-//! computed by `rkf_core::multi::plan_updates()`, and each kind is one call of
-//! `update_ftrace_direct_add()`, `_mod()` or `_del()` for every site it names (export
-//! patch 0002/0003).
+//! computed by `rkf_core::multi::plan_updates()`, and each kind is a run of calls of
+//! `update_ftrace_direct_add()`, `_mod()` or `_del()` over the sites it names (export
+//! patch 0002/0003), each sized by the time the one before it took
+//! (`rkf_core::multi::next_batch()`).
 
 use kernel::{alloc::KVVec, bindings, error::to_result, prelude::*, types::Opaque};
 
+use kernel::time::{Instant, Monotonic};
+
 use super::shared;
 use crate::{
+    multi_batch,
     multi_table::{self, Route, Update},
     rkf_h,
 };
@@ -61,64 +65,97 @@ impl FtraceOps {
     }
 
     /// Applies `op` to `sites`, each with its trampoline in `tramps`, in ftrace updates
-    /// of up to [`BATCH`] sites, with an RCU tasks quiescent state between two.  All or
-    /// nothing: when a batch fails, the batches before it are undone, and only if undoing
-    /// fails too does a site stay changed ([`Failed::partial`]).  A site that moves never
-    /// misses a call: ftrace calls through its list function while trampolines change.
-    /// `update_ftrace_direct_del()` checks each site's current trampoline,
-    /// `update_ftrace_direct_mod()` does not (and skips sites that are not direct calls).
+    /// each sized by `rkf_core::multi::next_batch()` from the time the one before took
+    /// (so that none keeps this task from a quiescent state for long), with an RCU tasks
+    /// quiescent state between two.  All or nothing: when an update (or the
+    /// memory for the next one) fails, the updates before it are undone, and only if
+    /// undoing fails too does a site stay changed ([`Failed::partial`]).  A site that
+    /// moves never misses a call: ftrace calls through its list function while
+    /// trampolines change.  `update_ftrace_direct_del()` checks each site's current
+    /// trampoline, `update_ftrace_direct_mod()` does not (and skips sites that are not
+    /// direct calls).
     ///
     /// Fails with `EINVAL` when a site to hook has another direct trampoline (or, to
     /// unhook, is not rkf_multi's with that trampoline), or `ENOMEM`.
     fn apply(&self, op: Update, (sites, tramps): &(KVVec<u64>, KVVec<u64>)) -> Result<(), Failed> {
-        // Every hash first, and for a move those that put the sites back: once a batch
-        // is applied, nothing of rkf_multi's can fail for want of memory.
-        let mut batches = KVVec::<(Hash, Option<Hash>)>::new();
-        for (sites, tramps) in sites.chunks(BATCH).zip(tramps.chunks(BATCH)) {
-            let hash = Hash::new()?;
-            let back = match op {
-                Update::Move => Some(Hash::new()?),
-                Update::Hook | Update::Unhook => None,
-            };
-            for (&site, &tramp) in sites.iter().zip(tramps.iter()) {
-                hash.add(site, shared::address_of(tramp))?;
-                if let Some(back) = &back {
-                    // The site's trampoline now.  The site is rkf_multi's, and by
-                    // convention (ftrace does not check the ops of a move) only rkf_multi
-                    // moves it, under the registry's lock.
-                    // SAFETY: any site may be asked about: ftrace_find_rec_direct() reads
-                    // ftrace's direct hash without sleeping, and ftrace frees a replaced
-                    // hash after an RCU tasks grace period.
-                    let now = unsafe { bindings::ftrace_find_rec_direct(site as usize) };
-                    back.add(site, now as u64)?;
-                }
-            }
-            batches.push((hash, back), GFP_KERNEL)?;
-        }
-        for (i, (hash, _)) in batches.iter().enumerate() {
-            if i > 0 {
+        // The updates applied, each with the hash that undoes it for a move.  Each but
+        // the last has at least `BATCH_MIN` sites.
+        let mut done = KVVec::<(Hash, Option<Hash>)>::with_capacity(
+            sites.len().div_ceil(multi_batch::BATCH_MIN),
+            GFP_KERNEL,
+        )?;
+        let (mut at, mut size) = (0, multi_batch::BATCH_FIRST);
+        while at < sites.len() {
+            if at > 0 {
                 // SAFETY: process context, under no lock but the registry's mutex.
                 unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
             }
-            if let Err(err) = self.update(op, hash) {
-                let mut partial = false;
-                for (j, (hash, back)) in batches[..i].iter().enumerate().rev() {
-                    if j + 1 < i {
-                        // SAFETY: as above.
-                        unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
-                    }
-                    let undone = match (op, back) {
-                        (Update::Hook, _) => self.update(Update::Unhook, hash),
-                        (Update::Unhook, _) => self.update(Update::Hook, hash),
-                        (Update::Move, Some(back)) => self.update(Update::Move, back),
-                        (Update::Move, None) => Err(EINVAL),
-                    };
-                    partial |= undone.is_err();
+            let end = sites.len().min(at + size);
+            let result = Self::batch(op, &sites[at..end], &tramps[at..end]).and_then(|batch| {
+                done.push_within_capacity(batch).map_err(|_| ENOMEM)?;
+                let start = Instant::<Monotonic>::now();
+                let (hash, _) = done.last().ok_or(EINVAL)?;
+                if let Err(err) = self.update(op, hash) {
+                    done.pop();
+                    return Err(err);
                 }
-                return Err(Failed { err, partial });
+                let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(0);
+                size = multi_batch::next_batch(end - at, took);
+                Ok(())
+            });
+            if let Err(err) = result {
+                return Err(Failed {
+                    err,
+                    partial: !self.undo(op, &done),
+                });
             }
+            at = end;
         }
         Ok(())
+    }
+
+    /// The hash of one update of `op` on `sites` (each with its trampoline in
+    /// `tramps`), and for a move the hash that puts the sites back.
+    fn batch(op: Update, sites: &[u64], tramps: &[u64]) -> Result<(Hash, Option<Hash>)> {
+        let hash = Hash::new()?;
+        let back = match op {
+            Update::Move => Some(Hash::new()?),
+            Update::Hook | Update::Unhook => None,
+        };
+        for (&site, &tramp) in sites.iter().zip(tramps.iter()) {
+            hash.add(site, shared::address_of(tramp))?;
+            if let Some(back) = &back {
+                // The site's trampoline now.  The site is rkf_multi's, and by convention
+                // (ftrace does not check the ops of a move) only rkf_multi moves it,
+                // under the registry's lock.
+                // SAFETY: any site may be asked about: ftrace_find_rec_direct() reads
+                // ftrace's direct hash without sleeping, and ftrace frees a replaced hash
+                // after an RCU tasks grace period.
+                let now = unsafe { bindings::ftrace_find_rec_direct(site as usize) };
+                back.add(site, now as u64)?;
+            }
+        }
+        Ok((hash, back))
+    }
+
+    /// Undoes the updates `done` of `op`, the last first.  Returns whether every one was
+    /// undone.
+    fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
+        let mut undone = true;
+        for (i, (hash, back)) in done.iter().enumerate().rev() {
+            if i + 1 < done.len() {
+                // SAFETY: process context, under no lock but the registry's mutex.
+                unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+            }
+            let result = match (op, back) {
+                (Update::Hook, _) => self.update(Update::Unhook, hash),
+                (Update::Unhook, _) => self.update(Update::Hook, hash),
+                (Update::Move, Some(back)) => self.update(Update::Move, back),
+                (Update::Move, None) => Err(EINVAL),
+            };
+            undone &= result.is_ok();
+        }
+        undone
     }
 
     /// One ftrace update of `op` with the entries of `hash`.
@@ -135,13 +172,6 @@ impl FtraceOps {
         })
     }
 }
-
-/// Sites per ftrace update.  A task counts for RCU tasks only once it switches
-/// voluntarily, and an update of every function kept the updater running for minutes
-/// under TCG (a move of 43,094 sites took 181 s in one update, on the distro kernel),
-/// holding back every RCU tasks grace period meanwhile.  An update of 1,024 sites takes
-/// under a second on TCG but for moves with every function traced (about 4 s).
-const BATCH: usize = 1024;
 
 /// An update that failed.
 #[derive(Debug)]

@@ -29,10 +29,16 @@ struct rec {
 /* Inputs: the functions' addresses, as bpf_get_func_ip() returns them. */
 __u64 ips[MAX_FUNCS];
 /*
- * 0: every task; otherwise only this one's own calls (for real vmlinux functions): not
- * those of an interrupt that arrives while it runs.
+ * 0: every task; otherwise only this one's calls (for real vmlinux functions), and with
+ * task_only, only its own: not those of an interrupt that arrives while it runs.
  */
 __u32 target_pid;
+/*
+ * Off where every function counted is called in task context only (syscalls,
+ * BPF_PROG_TEST_RUN): in_task() reads the preemption counter through bpf_this_cpu_ptr(),
+ * a helper, and on every function a helper is traced too.
+ */
+bool task_only;
 
 /* The preemption counter's context bits (include/linux/preempt.h). */
 #define SOFTIRQ_OFFSET	0x00000100
@@ -71,11 +77,17 @@ static __always_inline bool in_task(void)
 	return !(pc & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET));
 }
 
+/*
+ * The thread id through bpf_get_current_task_btf(), which the verifier inlines on x86-64
+ * (kernel/bpf/verifier.c), and in_task() only for the target's calls: on every function,
+ * a helper the program calls is a traced function too, and each of its calls would
+ * enter a trampoline (and count a miss) for every run of the program.
+ */
 static __always_inline bool wanted(void)
 {
 	if (!target_pid)
 		return true;
-	return (__u32)bpf_get_current_pid_tgid() == target_pid && in_task();
+	return (__u32)bpf_get_current_task_btf()->pid == target_pid && (!task_only || in_task());
 }
 
 static __always_inline void record(struct rec *r, void *ctx, __u64 *a)

@@ -103,11 +103,30 @@ pub const TESTS: &[Test] = &[
 ];
 
 /// Everything percpu_all() wrote, for one run.
+#[derive(Clone, Copy)]
 pub(crate) struct All {
     nr_cpus: u32,
     bss: crate::skel::percpu::types::bss,
 }
 
+/// The first successful run of percpu_all() in this process, which the tests that only
+/// check what it wrote share: loading percpu.bpf.c and reading /proc/kallsyms took about
+/// 25 s a run on the test kernel (KASAN, lockdep) under TCG.  A failed run is not kept:
+/// the next test runs it again.
+fn shared_run() -> Result<All> {
+    static RUN: std::sync::Mutex<Option<All>> = std::sync::Mutex::new(None);
+    let mut run = RUN
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a test panicked holding the run"))?;
+    if let Some(all) = *run {
+        return Ok(all);
+    }
+    let all = run_all()?;
+    *run = Some(all);
+    Ok(all)
+}
+
+/// One run of percpu_all(), fresh (the lifecycle tests run it after a reload).
 pub(crate) fn run_all() -> Result<All> {
     modules::require("rkf_percpu")?;
     let nr_cpus = cpus::nr_cpu_ids()?;
@@ -147,7 +166,7 @@ fn module_btf() -> Result<()> {
 }
 
 fn every_possible_cpu() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     let possible = cpus::possible()?;
     check!(
         possible.len() >= 2,
@@ -175,7 +194,7 @@ fn every_possible_cpu() -> Result<()> {
 }
 
 fn this_cpu() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     let b = &a.bss;
     let cpu = b.this_cpu;
     check!(cpu < a.nr_cpus, "bpf_get_smp_processor_id() = {cpu}");
@@ -198,7 +217,7 @@ fn this_cpu() -> Result<()> {
 }
 
 fn prog_active() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     let b = &a.bss;
     check_eq!(
         b.this_active_kfunc,
@@ -289,7 +308,7 @@ fn upstream_ksyms_btf() -> Result<()> {
 }
 
 fn kallsyms() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     let b = &a.bss;
     let k = Kallsyms::load()?;
     let rq = k.lookup("runqueues", None)?;
@@ -320,7 +339,7 @@ fn kallsyms() -> Result<()> {
 }
 
 fn out_of_range() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     for (i, what) in [
         "cpu == nr_cpu_ids",
         "cpu == nr_cpu_ids + 1",
@@ -364,6 +383,8 @@ fn unresolved_weak_ksym() -> Result<()> {
 }
 
 fn module_variable() -> Result<()> {
+    // A fresh run: it is checked against where rkf_percpu is loaded now, and a test before
+    // it may have reloaded the module since the shared run.
     let a = run_all()?;
     let b = &a.bss;
     let k = Kallsyms::load()?;
@@ -390,7 +411,7 @@ fn module_variable() -> Result<()> {
 }
 
 fn differential() -> Result<()> {
-    let a = run_all()?;
+    let a = shared_run()?;
     let b = &a.bss;
     for cpu in 0..a.nr_cpus {
         let c = cpu as usize;

@@ -271,3 +271,84 @@ proptest! {
         prop_assert_eq!(retired, want_retired);
     }
 }
+
+/// The sizes of ftrace updates: exact values at the edges of the rule.
+#[test]
+fn batch_sizes() {
+    // Fast: twice the size, never past the most.
+    assert_eq!(next_batch(256, 0), 512);
+    assert_eq!(next_batch(256, BATCH_GROW_NS - 1), 512);
+    assert_eq!(next_batch(BATCH_MAX, 1), BATCH_MAX);
+    assert_eq!(next_batch(3000, 1), BATCH_MAX);
+    // In between: the same size.
+    assert_eq!(next_batch(256, BATCH_GROW_NS), 256);
+    assert_eq!(next_batch(256, BATCH_SHRINK_NS), 256);
+    // Slow: what takes BATCH_GROW_NS at that rate, never under the fewest.
+    assert_eq!(next_batch(1024, BATCH_SHRINK_NS + 1), 511);
+    assert_eq!(next_batch(1024, 4 * BATCH_GROW_NS), 256);
+    assert_eq!(next_batch(4096, 10 * BATCH_GROW_NS), 409);
+    assert_eq!(next_batch(1024, 100 * BATCH_GROW_NS), BATCH_MIN);
+    assert_eq!(next_batch(BATCH_MIN, u64::MAX), BATCH_MIN);
+    // From the first size (256), fast updates reach the most (4,096) in four steps.
+    let mut n = BATCH_FIRST;
+    for want in [512, 1024, 2048, 4096, 4096] {
+        n = next_batch(n, BATCH_GROW_NS / 10);
+        assert_eq!(n, want);
+    }
+}
+
+/// Updates whose time is a fixed cost plus a cost per site, as ftrace's are.
+fn settle(fixed_ns: u64, per_site_ns: u64, updates: usize) -> Vec<(usize, u64)> {
+    let mut n = BATCH_FIRST;
+    let mut seen = Vec::new();
+    for _ in 0..updates {
+        let took = fixed_ns + per_site_ns * n as u64;
+        seen.push((n, took));
+        n = next_batch(n, took);
+    }
+    seen
+}
+
+#[test]
+fn batch_sizes_with_a_fixed_cost() {
+    // Half a second of fixed cost (hooks with every function traced, under TCG): the
+    // size grows to the most and stays there, instead of shrinking with every update.
+    let seen = settle(500_000_000, 100_000, 10);
+    assert_eq!(
+        seen.last(),
+        Some(&(BATCH_MAX, 500_000_000 + 100_000 * 4096))
+    );
+    // Moves at 10 ms a site (return thunks, every function traced, a workload): no
+    // update after the first takes over BATCH_SHRINK_NS, and the size settles.
+    let seen = settle(500_000_000, 10_000_000, 20);
+    assert_eq!(seen[0], (256, 3_060_000_000));
+    assert!(
+        seen[1..].iter().all(|&(_, took)| took <= BATCH_SHRINK_NS),
+        "{seen:?}"
+    );
+    assert_eq!(seen[1].0, 83);
+    assert_eq!(seen[19], seen[2]);
+}
+
+proptest! {
+    /// Every size is legal; a fast update at most doubles the next, a slow one never
+    /// makes it larger, and with a fixed cost under BATCH_SHRINK_NS plus a cost per site
+    /// of up to 100 ms, no update after the first takes over twice BATCH_SHRINK_NS.
+    #[test]
+    fn batch_size_follows_the_time(size in 1usize..=BATCH_MAX, took in 0u64..=100 * BATCH_SHRINK_NS,
+                                   fixed in 0u64..BATCH_SHRINK_NS, per_site in 0u64..100_000_000) {
+        let next = next_batch(size, took);
+        prop_assert!((BATCH_MIN..=BATCH_MAX).contains(&next));
+        prop_assert!(next <= (2 * size).max(BATCH_MIN));
+        if took > BATCH_SHRINK_NS {
+            prop_assert!(next <= size.max(BATCH_MIN));
+        }
+        if took >= BATCH_GROW_NS {
+            prop_assert!(next <= size.max(BATCH_MIN));
+        }
+        let seen = settle(fixed, per_site, 12);
+        for &(_, took) in &seen[1..] {
+            prop_assert!(took <= 2 * BATCH_SHRINK_NS, "{:?}", seen);
+        }
+    }
+}

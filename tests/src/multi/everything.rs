@@ -146,6 +146,10 @@ pub(super) fn attach_everything() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &watched)?;
     reset(&mut skel)?;
+    // `task_only` stays off: the functions counted (bpf_fentry_test1..9 and
+    // `__x64_sys_getpgid`) run in task context only, and with it every call of this thread
+    // (the attacher, whose ftrace updates call thousands of traced functions) would run
+    // the traced helper bpf_this_cpu_ptr() and count a miss on it.
     skel.maps
         .bss_data
         .as_deref_mut()

@@ -267,6 +267,7 @@ pub(super) fn run_path_calls_only_denied() -> Result<()> {
             let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
             bss.ips[WATCH_SLOT] = f.addr;
             bss.target_pid = tid;
+            bss.task_only = true;
         }
         let watch = attach(
             &skel.progs.count_fentry1,

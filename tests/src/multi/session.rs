@@ -212,11 +212,11 @@ pub(super) fn session_in_flight() -> Result<()> {
     let _release = Release(event.clone());
     let tid = tid_rx.recv().context("the reader's task id")?;
     reset(&mut skel)?;
-    skel.maps
-        .bss_data
-        .as_deref_mut()
-        .context("no .bss")?
-        .target_pid = tid as u32;
+    {
+        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        bss.target_pid = tid as u32;
+        bss.task_only = true;
+    }
     // The one that goes first: on entry the one that stays has the second cookie, on
     // exit it is the first session of the function, so its exit run must find its cookie
     // by its link, not by its place.

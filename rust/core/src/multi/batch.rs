@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! How many sites rkf_multi puts in one ftrace update.
+//!
+//! An operation hooks, moves or unhooks its sites in a run of ftrace updates
+//! (`update_ftrace_direct_add()`, `_mod()`, `_del()`), reporting an RCU tasks quiescent
+//! state between two: a task counts for RCU tasks only once it switches voluntarily or
+//! reports one, and an ftrace update does neither.  While one update runs, every RCU tasks
+//! grace period waits for it, and the kernel reports a grace period older than 10 s
+//! (`rcu_task_stall_info`, kernel/rcu/tasks.h).
+//!
+//! A fixed size does not bound the time.  Under TCG an update of 1,024 sites took under a
+//! second for hooks on an idle kernel, about 4 s for moves with every function traced,
+//! and over 10 s for moves with every function traced while a workload ran on a kernel
+//! with return thunks (the patcher's own helpers, `insn_decode()` and others, are traced
+//! then).  So each update's size follows the time the one before it took.
+//!
+//! Not in proportion, though: an update also has a cost of its own, whatever its size
+//! (ftrace walks all its records and synchronises every cpu, and the updater shares its
+//! cpu), and with every function traced that cost alone was about half a second under
+//! TCG.  Sizing every update to take half a second at the last one's rate then shrank
+//! them to a few hundred sites, then fewer, each still taking half a second.  So the size
+//! doubles while an update takes under [`BATCH_GROW_NS`], stays between that and
+//! [`BATCH_SHRINK_NS`], and above it shrinks to what takes [`BATCH_GROW_NS`] at the last
+//! one's rate.  An update of twice the sites takes at most twice as long, so none takes
+//! much over [`BATCH_SHRINK_NS`] unless the kernel slows down under it, and then the next
+//! one is smaller.
+
+/// Sites in the first update.
+pub const BATCH_FIRST: usize = 256;
+/// The most sites one update takes: with fewer, larger updates an operation costs less
+/// (about 13 ms for each on the bench kernel).
+pub const BATCH_MAX: usize = 4096;
+/// The fewest sites one update takes (the last one may take fewer: what is left).
+pub const BATCH_MIN: usize = 16;
+/// An update that took less than this doubles the next one.
+pub const BATCH_GROW_NS: u64 = 1_000_000_000;
+/// An update that took more than this shrinks the next one: a fifth of the 10 s after
+/// which the kernel reports an RCU tasks grace period as stalled.
+pub const BATCH_SHRINK_NS: u64 = 2_000_000_000;
+
+/// The number of sites of the next update, after one of `size` sites took `took_ns`
+/// nanoseconds: twice as many below [`BATCH_GROW_NS`], as many up to [`BATCH_SHRINK_NS`],
+/// and above it what takes [`BATCH_GROW_NS`] at that rate; always within
+/// [`BATCH_MIN`]..=[`BATCH_MAX`].
+pub fn next_batch(size: usize, took_ns: u64) -> usize {
+    let next = if took_ns < BATCH_GROW_NS {
+        size.saturating_mul(2)
+    } else if took_ns <= BATCH_SHRINK_NS {
+        size
+    } else {
+        // In u64 (the kernel has no 128-bit division): exact for every size up to
+        // 2^33, and `took_ns` is over 2 s here.
+        let at_rate = (size as u64).saturating_mul(BATCH_GROW_NS) / took_ns;
+        usize::try_from(at_rate).unwrap_or(usize::MAX)
+    };
+    next.clamp(BATCH_MIN, BATCH_MAX)
+}
