@@ -34,8 +34,8 @@ mod multi;
 )]
 mod abi;
 // The rules of rkf-core (rust/core/src/multi/) that the module runs: the request rules,
-// the table's and the size of ftrace updates.  The glob matcher and the decoding of refusals are user space's, and
-// are not built here.
+// the table's and the size of ftrace updates.  The glob matcher and the decoding of
+// refusals are user space's, and are not built here.
 #[path = "core/src/multi/batch.rs"]
 #[expect(
     unreachable_pub,

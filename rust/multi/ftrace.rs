@@ -10,9 +10,14 @@
 //! patch 0002/0003), each sized by the time the one before it took
 //! (`rkf_core::multi::next_batch()`).
 
-use kernel::{alloc::KVVec, bindings, error::to_result, prelude::*, types::Opaque};
-
-use kernel::time::{Instant, Monotonic};
+use kernel::{
+    alloc::KVVec,
+    bindings,
+    error::to_result,
+    prelude::*,
+    time::{Instant, Monotonic},
+    types::Opaque,
+};
 
 use super::shared;
 use crate::{
@@ -67,7 +72,7 @@ impl FtraceOps {
     /// Applies `op` to `sites`, each with its trampoline in `tramps`, in ftrace updates
     /// each sized by `rkf_core::multi::next_batch()` from the time the one before took
     /// (so that none keeps this task from a quiescent state for long), with an RCU tasks
-    /// quiescent state between two.  All or nothing: when an update (or the
+    /// quiescent state before each.  All or nothing: when an update (or the
     /// memory for the next one) fails, the updates before it are undone, and only if
     /// undoing fails too does a site stay changed ([`Failed::partial`]).  A site that
     /// moves never misses a call: ftrace calls through its list function while
@@ -86,13 +91,17 @@ impl FtraceOps {
         )?;
         let (mut at, mut size) = (0, multi_batch::BATCH_FIRST);
         while at < sites.len() {
-            if at > 0 {
+            let end = sites.len().min(at + size);
+            let batch = match (sites.get(at..end), tramps.get(at..end)) {
+                (Some(sites), Some(tramps)) => Self::batch(op, sites, tramps),
+                _ => Err(EINVAL),
+            };
+            let result = batch.and_then(|batch| {
+                done.push_within_capacity(batch).map_err(|_| ENOMEM)?;
+                // Before every update, the first included: the one before it may have
+                // been the last of another run (an attach hooks, then moves).
                 // SAFETY: process context, under no lock but the registry's mutex.
                 unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
-            }
-            let end = sites.len().min(at + size);
-            let result = Self::batch(op, &sites[at..end], &tramps[at..end]).and_then(|batch| {
-                done.push_within_capacity(batch).map_err(|_| ENOMEM)?;
                 let start = Instant::<Monotonic>::now();
                 let (hash, _) = done.last().ok_or(EINVAL)?;
                 if let Err(err) = self.update(op, hash) {
@@ -142,11 +151,9 @@ impl FtraceOps {
     /// undone.
     fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
         let mut undone = true;
-        for (i, (hash, back)) in done.iter().enumerate().rev() {
-            if i + 1 < done.len() {
-                // SAFETY: process context, under no lock but the registry's mutex.
-                unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
-            }
+        for (hash, back) in done.iter().rev() {
+            // SAFETY: process context, under no lock but the registry's mutex.
+            unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
             let result = match (op, back) {
                 (Update::Hook, _) => self.update(Update::Unhook, hash),
                 (Update::Unhook, _) => self.update(Update::Hook, hash),

@@ -17,14 +17,14 @@
 //!
 //! Not in proportion, though: an update also has a cost of its own, whatever its size
 //! (ftrace walks all its records and synchronises every cpu, and the updater shares its
-//! cpu), and with every function traced that cost alone was about half a second under
-//! TCG.  Sizing every update to take half a second at the last one's rate then shrank
-//! them to a few hundred sites, then fewer, each still taking half a second.  So the size
-//! doubles while an update takes under [`BATCH_GROW_NS`], stays between that and
-//! [`BATCH_SHRINK_NS`], and above it shrinks to what takes [`BATCH_GROW_NS`] at the last
-//! one's rate.  An update of twice the sites takes at most twice as long, so none takes
-//! much over [`BATCH_SHRINK_NS`] unless the kernel slows down under it, and then the next
-//! one is smaller.
+//! cpu), and with every function traced under TCG that cost grew to most of a second.
+//! Sizing every update to take half a second at the last one's rate shrank them to 16
+//! sites, each still taking 0.85 to 1 s.  So the size doubles while an update takes under
+//! [`BATCH_GROW_NS`], stays between that and [`BATCH_SHRINK_NS`], and above it shrinks to
+//! what takes [`BATCH_GROW_NS`] at the last one's rate.  If an update costs a fixed part
+//! plus a part per site, one of twice the sites takes at most twice as long, so after
+//! the first update of a run none takes over twice [`BATCH_SHRINK_NS`] unless the kernel
+//! slows down under it (one move update took 7.2 s), and then the next one is smaller.
 
 /// Sites in the first update.
 pub const BATCH_FIRST: usize = 256;
