@@ -85,15 +85,17 @@ void rkf_multi_sync(bool tasks, bool trace)
 }
 
 /**
- * rkf_multi_tasks_rcu_qs() - report an RCU tasks quiescent state between ftrace updates
+ * rkf_multi_tasks_rcu_qs() - report an RCU tasks quiescent state in a long operation
  *
- * A task counts for RCU tasks once it switched voluntarily, and ftrace updates of
- * thousands of sites keep the updater running for seconds under TCG: one update moving
+ * A task counts for RCU tasks once it switched voluntarily, and an operation on thousands
+ * of functions keeps the ioctl running for seconds under TCG: one ftrace update moving
  * every function of the distro kernel held back a grace period (and every trampoline and
- * module waiting on it) for over two minutes.  Between two updates the caller runs no
- * trampoline code, at most the body of a traced function (the ioctl path), which may
- * sleep anyway: a quiescent state there is what a sleep would report.  Process context,
- * no lock held that forbids sleeping.
+ * module waiting on it) for over two minutes, and generating the trampolines of every
+ * function with call depth accounting over 10 s.  rkf_multi calls this before each
+ * ftrace update and between two generated trampolines, where it runs no trampoline code,
+ * at most the body of a traced function (the ioctl path), which may sleep anyway: a
+ * quiescent state there is what a sleep would report.  Process context, no lock held
+ * that forbids sleeping.
  */
 void rkf_multi_tasks_rcu_qs(void)
 {

@@ -247,6 +247,12 @@ pub(crate) fn generate(
     let mut first_slot = 0usize;
     let mut slot_addrs = KVVec::<u64>::new();
     for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
+        // Emitting every function's trampoline, with call depth accounting (whose kernel
+        // helpers decode and relocate each sequence, and may be traced themselves), took
+        // over 10 s under TCG: not in one stretch without an RCU tasks quiescent state.
+        // SAFETY: process context, under no lock but the registry's mutex; no trampoline
+        // code runs here.
+        unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
         let n = f.progs.len();
         slot_addrs.clear();
         for s in &slots[first_slot..first_slot + n] {
