@@ -4,7 +4,7 @@
 //!
 //! An operation hooks, moves or unhooks its sites in a run of ftrace updates
 //! (`update_ftrace_direct_add()`, `_mod()`, `_del()`), reporting an RCU tasks quiescent
-//! state between two: a task counts for RCU tasks only once it switches voluntarily or
+//! state before each: a task counts for RCU tasks only once it switches voluntarily or
 //! reports one, and an ftrace update does neither.  While one update runs, every RCU tasks
 //! grace period waits for it, and the kernel reports a grace period older than 10 s
 //! (`rcu_task_stall_info`, kernel/rcu/tasks.h).
