@@ -25,17 +25,26 @@
  * (arch/x86/net/bpf_jit_comp.c), so that programs and the helpers the verifier inlines
  * read it as they read the kernel's: ctx = rbp + RKF_MULTI_FRAME_CTX.
  *
+ *	rbp + 24	arguments 7..12, where the function's caller passed them
  *	rbp + 16	the traced function's return address (after an fentry call)
  *	rbp +  8	the return address into the traced function: its site + 5
  *	rbp +  0	saved rbp
+ *
+ * ctx[0..11] are the arguments (0 past the function's own beyond the registers), ctx[12]
+ * the return value, kept there by the trampolines (no program reads it: the verifier
+ * allows MAX_BPF_FUNC_ARGS u64 of ctx).  bpf_get_func_ret() reads it at ctx[nr_args],
+ * and programs against rkf_multi_tmpl6() at ctx[6], which gets it too for a function of
+ * at most six arguments (wider functions take only rkf_multi_tmpl12()'s programs).
  */
-#define RKF_MULTI_FRAME_RET	(-8)	/* ctx[6]: the return value, for fexit programs */
-#define RKF_MULTI_FRAME_CTX	(-56)	/* ctx[0..5]: rdi, rsi, rdx, rcx, r8, r9 */
-#define RKF_MULTI_FRAME_NR_ARGS	(-64)	/* ctx[-1]: the count, bpf_get_func_arg_cnt() */
-#define RKF_MULTI_FRAME_FUNC_IP	(-72)	/* ctx[-2]: the function, bpf_get_func_ip() */
-#define RKF_MULTI_FRAME_SIZE	80	/* bytes below rbp: generated trampolines */
-/* The argument slots of ctx: the registers of the x86-64 calling convention. */
-#define RKF_MULTI_MAX_ARGS	6
+#define RKF_MULTI_FRAME_RET	(-8)	/* ctx[12]: the return value */
+#define RKF_MULTI_FRAME_CTX	(-104)	/* ctx[0..11]: rdi, rsi, rdx, rcx, r8, r9, stack */
+#define RKF_MULTI_FRAME_NR_ARGS	(-112)	/* ctx[-1]: the count, bpf_get_func_arg_cnt() */
+#define RKF_MULTI_FRAME_FUNC_IP	(-120)	/* ctx[-2]: the function, bpf_get_func_ip() */
+#define RKF_MULTI_FRAME_SIZE	120	/* bytes below rbp: generated trampolines */
+#define RKF_MULTI_FRAME_STACK_ARGS 24	/* rbp + 24: the seventh argument */
+/* The argument slots of ctx: six registers, then the stack, as MAX_BPF_FUNC_ARGS. */
+#define RKF_MULTI_MAX_ARGS	12
+#define RKF_MULTI_REG_ARGS	6
 
 /*
  * The shared trampoline's frame goes on below, with what session programs need: a cookie
@@ -44,11 +53,11 @@
  * belongs to, and how many sessions ran on entry.
  */
 #define RKF_MULTI_MAX_SESSIONS		8	/* session programs on one function */
-#define RKF_MULTI_FRAME_COOKIES		(-80)	/* ctx[-3 - k]: cookie k */
-#define RKF_MULTI_FRAME_SESSION_LINKS	(-144)	/* ctx[-11 - k]: cookie k's link id */
-#define RKF_MULTI_FRAME_NR_SESSIONS	(-208)	/* ctx[-19]: cookies in use */
-#define RKF_MULTI_FRAME_FEXIT		(-216)	/* whether the exit programs wait */
-#define RKF_MULTI_SHARED_FRAME_SIZE	224	/* bytes below rbp: the shared trampoline */
+#define RKF_MULTI_FRAME_COOKIES		(-128)	/* ctx[-3 - k]: cookie k */
+#define RKF_MULTI_FRAME_SESSION_LINKS	(-192)	/* ctx[-11 - k]: cookie k's link id */
+#define RKF_MULTI_FRAME_NR_SESSIONS	(-256)	/* ctx[-19]: cookies in use */
+#define RKF_MULTI_FRAME_FEXIT		(-264)	/* whether the exit programs wait */
+#define RKF_MULTI_SHARED_FRAME_SIZE	272	/* bytes below rbp: the shared trampoline */
 
 #ifndef __ASSEMBLY__
 
@@ -145,7 +154,8 @@ __rkf_safe int get_callchain_buffers(int max_stack);
 /**
  * struct rkf_multi_attach_request - attach a program to a set of functions
  * @prog_fd:   a TRACING program loaded as fentry, fexit or fsession (or their sleepable
- *             forms) against rkf_multi_tmpl6()
+ *             forms) against rkf_multi_tmpl6() (functions of up to six arguments)
+ *             or rkf_multi_tmpl12() (up to twelve)
  * @cnt:       how many functions
  * @btf_ids:   __u32[@cnt]: the functions' BTF ids
  * @addrs:     __u64[@cnt]: their addresses, as /proc/kallsyms gives them
@@ -305,16 +315,16 @@ struct rkf_multi_table {
  * @name:      its name
  * @nr_params: its parameters (varargs count as one more)
  * @varargs:   it takes varargs
- * @kind:      BTF kind of the return type ([0], 0 for void) and of up to 7 parameters,
- *             typedefs and qualifiers skipped
+ * @kind:      BTF kind of the return type ([0], 0 for void) and of up to
+ *             RKF_MULTI_MAX_ARGS parameters, typedefs and qualifiers skipped
  * @size:      their sizes, where the kind has one
  */
 struct rkf_multi_shape {
 	const char *name;
 	u32 nr_params;
 	u32 varargs;
-	u32 kind[8];
-	u32 size[8];
+	u32 kind[1 + RKF_MULTI_MAX_ARGS];
+	u32 size[1 + RKF_MULTI_MAX_ARGS];
 };
 
 /* c-shim/rkf_multi_tramp.S: the shared trampoline. */
@@ -322,6 +332,8 @@ void rkf_multi_tramp(void);
 
 /* c-shim/rkf_multi_run.c: what programs are verified against, and the hot path. */
 u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
+u64 rkf_multi_tmpl12(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5,
+		     u64 a6, u64 a7, u64 a8, u64 a9, u64 a10, u64 a11);
 u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
@@ -331,7 +343,8 @@ __rkf_safe void rkf_multi_wait_frames(void);
 
 /* c-shim/rkf_multi_check.c: programs and functions, checked. */
 extern const struct btf_kfunc_id_set rkf_multi_fmodret_set;
-struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id);
+struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id,
+				    u32 *max_args);
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog);
 const struct btf *rkf_multi_prog_btf(const struct bpf_prog *prog);
 int rkf_multi_shape(const struct btf *btf, u32 btf_id, struct rkf_multi_shape *shape);
@@ -381,6 +394,9 @@ int rkf_testmod_multi_test1(int a);
 u64 rkf_testmod_multi_test2(s8 a, u64 b);
 s64 rkf_testmod_multi_test3(u16 a, s32 b, u64 c);
 u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f);
+s64 rkf_testmod_multi_test7(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g);
+u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
+			     u8 h, s32 i, u64 j, s64 k);
 
 #endif /* !__ASSEMBLY__ */
 #endif /* _RKF_H */

@@ -20,6 +20,8 @@
  * @kind:  set to what it runs on: RKF_MULTI_KIND_FENTRY, _FEXIT or _SESSION
  * @sleepable: set to whether it is sleepable (fentry.s, fexit.s, fsession.s)
  * @id:    set to its id
+ * @max_args: set to the arguments its template reads: 6 (rkf_multi_tmpl6()) or 12
+ *         (rkf_multi_tmpl12())
  *
  * The program is checked by the function it was verified against, its name and module:
  * a BTF_ID_LIST of the module would hold an id of the module's distilled BTF, which the
@@ -27,9 +29,10 @@
  *
  * Return: the program, with a reference for bpf_prog_put(), or ERR_PTR(-EBADF) (not a
  * program fd) or ERR_PTR(-EINVAL) (not a TRACING fentry, fexit or fsession program
- * loaded against rkf_multi_tmpl6()).
+ * loaded against rkf_multi_tmpl6() or rkf_multi_tmpl12()).
  */
-struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id)
+struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id,
+				    u32 *max_args)
 {
 	struct bpf_prog *prog = bpf_prog_get_type_dev(fd, BPF_PROG_TYPE_TRACING, false);
 
@@ -49,7 +52,13 @@ struct bpf_prog *rkf_multi_prog_get(u32 fd, u32 *kind, bool *sleepable, u32 *id)
 		goto refuse;
 	}
 	if (prog->aux->mod != THIS_MODULE || !prog->aux->attach_func_name ||
-	    strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6") || prog->aux->dst_prog)
+	    prog->aux->dst_prog)
+		goto refuse;
+	if (!strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl6"))
+		*max_args = RKF_MULTI_REG_ARGS;
+	else if (!strcmp(prog->aux->attach_func_name, "rkf_multi_tmpl12"))
+		*max_args = RKF_MULTI_MAX_ARGS;
+	else
 		goto refuse;
 	*sleepable = prog->sleepable;
 	*id = prog->aux->id;
@@ -65,8 +74,9 @@ refuse:
  *
  * The verifier records the end of the furthest ctx access (check_ctx_access()).
  *
- * Return: 0 to RKF_MULTI_MAX_ARGS, for the generated trampolines to save as many
- * argument registers.
+ * Return: 0 to RKF_MULTI_MAX_ARGS, for the generated trampolines to fill as many slots
+ * (a program against rkf_multi_tmpl6() that reads the return value at ctx[6] counts
+ * seven: that slot is filled on entry and gets the return value after the call).
  */
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog)
 {

@@ -23,7 +23,11 @@
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
 static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARGS);
-#define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[6] */
+#define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[12] */
+#define RKF_MULTI_CTX_RET6	RKF_MULTI_REG_ARGS			/* ctx[6] */
+/* The seventh argument, where the traced function's caller passed it. */
+#define RKF_MULTI_STACK_ARGS(ctx)	\
+	((const u64 *)((unsigned long)(ctx) - RKF_MULTI_FRAME_CTX + RKF_MULTI_FRAME_STACK_ARGS))
 
 /**
  * rkf_multi_tmpl6() - what rkf_multi programs are loaded against
@@ -49,10 +53,41 @@ noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64
 	return 0;
 }
 
+/**
+ * rkf_multi_tmpl12() - what rkf_multi programs for functions of up to 12 arguments are
+ * loaded against
+ * @a0: the first argument of the traced function, as a u64
+ * @a1: the second
+ * @a2: the third
+ * @a3: the fourth
+ * @a4: the fifth
+ * @a5: the sixth
+ * @a6: the seventh, the first the caller passes on the stack
+ * @a7: the eighth
+ * @a8: the ninth
+ * @a9: the tenth
+ * @a10: the eleventh
+ * @a11: the twelfth
+ *
+ * As rkf_multi_tmpl6(), with the SEC() names of rkf_multi_tmpl12: the program reads
+ * twelve u64 arguments (0 past the traced function's own, beyond the sixth) and, in
+ * fexit and fsession, the return value through bpf_get_func_ret() (or the u64 after
+ * the last argument: ctx[12] is past what the verifier lets a program read).  Never
+ * called, never traced.
+ *
+ * Return: 0.
+ */
+noinline notrace u64 rkf_multi_tmpl12(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5,
+				      u64 a6, u64 a7, u64 a8, u64 a9, u64 a10, u64 a11)
+{
+	barrier();
+	return 0;
+}
+
 /*
  * The verifier lets a tracing program be sleepable only on a function that may sleep
  * (btf_id_allow_sleepable() in kernel/bpf/verifier.c): one on the error injection list,
- * or in an fmodret set with KF_SLEEPABLE.  The template is the latter; which functions a
+ * or in an fmodret set with KF_SLEEPABLE.  The templates are the latter; which functions a
  * sleepable program may then trace is rkf_multi's check at attach time, as upstream's
  * tracing_multi checks its targets at attach time.  The set also makes the template a
  * target the verifier takes for fmod_ret programs; attaching one fails, as the template
@@ -60,6 +95,7 @@ noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64
  */
 BTF_SET8_START(rkf_multi_fmodret_ids)
 BTF_ID_FLAGS(func, rkf_multi_tmpl6, KF_SLEEPABLE)
+BTF_ID_FLAGS(func, rkf_multi_tmpl12, KF_SLEEPABLE)
 BTF_SET8_END(rkf_multi_fmodret_ids)
 
 const struct btf_kfunc_id_set rkf_multi_fmodret_set = {
@@ -256,11 +292,11 @@ static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u6
 
 /*
  * The entry runs of the session programs @s of function @f: each with a zeroed cookie of
- * its own.  On entry a session reads 0 as the return value, in ctx[6] and in
- * ctx[nr_args] where bpf_get_func_ret() reads it, as a BPF trampoline zeroes its return
- * value slot; ctx[nr_args] is an argument register's slot below six arguments, and gets
- * its value back for the call.  Out of line: functions without sessions do not pay for
- * it.
+ * its own.  On entry a session reads 0 as the return value, in ctx[6] (below seven
+ * arguments) and in ctx[nr_args] where bpf_get_func_ret() reads it, as a BPF
+ * trampoline zeroes its return value slot; ctx[nr_args] is an argument register's slot
+ * below six arguments, and gets its value back for the call.  Out of line: functions
+ * without sessions do not pay for it.
  */
 static noinline notrace void rkf_multi_sessions_enter(const struct rkf_multi_func *f,
 						      const struct rkf_multi_prog *s,
@@ -313,8 +349,12 @@ static noinline notrace void rkf_multi_sessions_exit(const struct rkf_multi_func
 static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
 					    const struct rkf_multi_prog *p, u64 *ctx, bool any)
 {
+	const u64 *stack = RKF_MULTI_STACK_ARGS(ctx);
 	u32 i;
 
+	/* ctx[6..11]: the arguments the caller passed on the stack, then 0. */
+	for (i = RKF_MULTI_REG_ARGS; i < RKF_MULTI_MAX_ARGS; i++)
+		ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
 	ctx[-1] = f->nr_args;
 	ctx[-2] = f->addr;
 	for (i = 0; i < f->nr_fentry; i++)
@@ -387,9 +427,10 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
 
 /**
  * rkf_multi_shared_fentry() - the shared trampoline's call on function entry
- * @ctx:    the frame: ctx[0..5] the argument registers, ctx[6] the return value slot
- *          (zeroed), ctx[-1] the argument count and ctx[-2] the function's address (set
- *          here), the session cookies below (c-shim/rkf.h)
+ * @ctx:    the frame: ctx[0..5] the argument registers, ctx[12] the return value slot
+ *          (zeroed); ctx[6..11] the stack arguments and 0 past them, ctx[-1] the
+ *          argument count and ctx[-2] the function's address (set here), the session
+ *          cookies below (c-shim/rkf.h)
  * @ret_ip: the return address into the traced function
  *
  * Runs the fentry programs of the function in attach order, then the entry runs of its
@@ -425,7 +466,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 
 /**
  * rkf_multi_shared_fexit() - the shared trampoline's call after the function returned
- * @ctx:    as for rkf_multi_shared_fentry(); ctx[6] holds the return value
+ * @ctx:    as for rkf_multi_shared_fentry(); ctx[12] holds the return value
  * @ret_ip: as for rkf_multi_shared_fentry()
  *
  * Runs the exit runs the function has now: those of its session programs that ran on
@@ -436,8 +477,13 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
 
-	/* bpf_get_func_ret() reads the slot after the last argument. */
+	/*
+	 * bpf_get_func_ret() reads the slot after the last argument, rkf_multi_tmpl6()'s
+	 * programs ctx[6] (a function of more than six arguments has none).
+	 */
 	ctx[ctx[-1] & 0xff] = ctx[RKF_MULTI_CTX_RET];
+	if ((ctx[-1] & 0xff) < RKF_MULTI_REG_ARGS)
+		ctx[RKF_MULTI_CTX_RET6] = ctx[RKF_MULTI_CTX_RET];
 	rkf_multi_run_lock();
 	t = rcu_dereference(rkf_multi_table);
 	f = rkf_multi_lookup(t, ret_ip);

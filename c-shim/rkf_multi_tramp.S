@@ -10,6 +10,10 @@
  * function (its site + 5), by which rkf_multi_shared_fentry() finds it.
  *
  * Every argument register is restored as it came, whatever BTF says the function takes.
+ * Arguments 7..12 of a wider function stay where its caller passed them, above the
+ * return addresses; rkf_multi_shared_fentry() copies them into ctx, and for fexit they
+ * are copied again below this frame, for the rest of the function to find them above its
+ * return address.
  *
  * Nothing here branches indirectly, so it is safe under IBT.  It is entered by a direct
  * call from the ftrace site (or by ftrace_regs_caller's ret into it) and needs no ENDBR,
@@ -70,8 +74,11 @@ SYM_FUNC_START(rkf_multi_tramp)
 
 .Lrkf_multi_fexit:
 	/* Run the rest of the function, then the fexit programs. */
+	cmpq	$RKF_MULTI_REG_ARGS, RKF_MULTI_FRAME_NR_ARGS(%rbp)
+	ja	.Lrkf_multi_fexit_stack
 	movq	8(%rbp), %r11
 	call	rkf_multi_call_r11
+.Lrkf_multi_returned:
 	movq	%rax, RKF_MULTI_FRAME_RET(%rbp)
 	leaq	CTX(0), %rdi
 	movq	8(%rbp), %rsi
@@ -82,6 +89,18 @@ SYM_FUNC_START(rkf_multi_tramp)
 	addq	$8, %rsp
 	UNWIND_HINT_FUNC
 	RET
+
+.Lrkf_multi_fexit_stack:
+	/* More than six arguments: ctx[6..11] (0 past the function's) as its stack. */
+	subq	$8 * (RKF_MULTI_MAX_ARGS - RKF_MULTI_REG_ARGS), %rsp
+	.irp i, 0, 1, 2, 3, 4, 5
+	movq	CTX(RKF_MULTI_REG_ARGS + \i), %r10
+	movq	%r10, 8 * \i(%rsp)
+	.endr
+	movq	8(%rbp), %r11
+	call	rkf_multi_call_r11
+	addq	$8 * (RKF_MULTI_MAX_ARGS - RKF_MULTI_REG_ARGS), %rsp
+	jmp	.Lrkf_multi_returned
 SYM_FUNC_END(rkf_multi_tramp)
 
 /*

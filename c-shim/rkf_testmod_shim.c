@@ -83,6 +83,20 @@ noinline u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f)
 	return a + b + c + d + e + f;
 }
 
+/* More than six arguments: the seventh and later ones on the caller's stack. */
+noinline s64 rkf_testmod_multi_test7(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g)
+{
+	barrier();
+	return a + b + c + d + (unsigned long)e + f + g;
+}
+
+noinline u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
+				      u8 h, s32 i, u64 j, s64 k)
+{
+	barrier();
+	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k;
+}
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -121,11 +135,41 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run(void)
 	return bad;
 }
 
+/**
+ * bpf_rkf_testmod_multi_run_wide() - call rkf_testmod_multi_test7() and _test11() once
+ * each, from a syscall program, with the arguments tests/src/multi/wide.rs expects
+ *
+ * Return: 0 if each returned the sum of its arguments, else a bit per function that did
+ * not (bit 0 for test7, 1 for test11): a trampoline that corrupted a stack argument or
+ * the return value shows here.
+ */
+__bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
+{
+	/* Every bit of each type in use, and signs that extend. */
+	u64 a = 0xfedcba9876543210ULL, j = 0x8000000000000001ULL;
+	s64 g = -0x123456789abcdefLL, k = -0x7fffffffffffffffLL;
+	void *e = (void *)0xffff888012345678UL;
+	s32 d = -100000, i = -2;
+	u16 c = 0xfff0;
+	s16 f = -300;
+	s8 b = -7;
+	u8 h = 0xfe;
+	u64 sum7 = a + b + c + d + (unsigned long)e + f + g;
+	int bad = 0;
+
+	if ((u64)rkf_testmod_multi_test7(a, b, c, d, e, f, g) != sum7)
+		bad |= BIT(0);
+	if (rkf_testmod_multi_test11(a, b, c, d, e, f, g, h, i, j, k) != sum7 + h + i + j + k)
+		bad |= BIT(1);
+	return bad;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(rkf_testmod_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_recurse)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_multi_run)
+BTF_ID_FLAGS(func, bpf_rkf_testmod_multi_run_wide)
 BTF_KFUNCS_END(rkf_testmod_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {

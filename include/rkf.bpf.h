@@ -240,6 +240,35 @@ static __always_inline long __rkf_stack_bounded(long ret, __u32 size)
 #define RKF_MULTI_FSESSION SEC("fsession/rkf_multi_tmpl6")
 #define RKF_MULTI_FSESSION_S SEC("fsession.s/rkf_multi_tmpl6")
 
+/*
+ * Functions of up to twelve arguments (MAX_BPF_FUNC_ARGS), the seventh and on passed on
+ * the stack: load the program against rkf_multi_tmpl12(), which takes twelve u64, and
+ * resolve the functions with rkf::multi::resolve_wide().  On exit the return value is
+ * bpf_get_func_ret(), and the u64 right after the function's last argument (the
+ * verifier lets a program read twelve u64 of ctx, MAX_BPF_FUNC_ARGS, as for the kernel's
+ * own trampolines, so a function of twelve has its return value through the helper
+ * only).  Other arguments past the function's own read 0 from the seventh on.  A
+ * program against rkf_multi_tmpl6() cannot trace a function of more than six arguments
+ * (its return value would read the seventh): attaching it fails with EINVAL naming the
+ * function.
+ *
+ *	RKF_MULTI_FEXIT12
+ *	int BPF_PROG(on_exit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 a6,
+ *		     u64 a7, u64 a8, u64 a9, u64 a10, u64 a11)
+ *	{
+ *		__u64 ret;
+ *
+ *		bpf_get_func_ret(ctx, &ret);
+ *		...
+ *	}
+ */
+#define RKF_MULTI_FENTRY12 SEC("fentry/rkf_multi_tmpl12")
+#define RKF_MULTI_FEXIT12 SEC("fexit/rkf_multi_tmpl12")
+#define RKF_MULTI_FSESSION12 SEC("fsession/rkf_multi_tmpl12")
+#define RKF_MULTI_FENTRY12_S SEC("fentry.s/rkf_multi_tmpl12")
+#define RKF_MULTI_FEXIT12_S SEC("fexit.s/rkf_multi_tmpl12")
+#define RKF_MULTI_FSESSION12_S SEC("fsession.s/rkf_multi_tmpl12")
+
 extern bool bpf_session_is_return(void *ctx) __ksym __weak;
 extern __u64 *bpf_session_cookie(void *ctx) __ksym __weak;
 

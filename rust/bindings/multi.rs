@@ -6,17 +6,19 @@
 use kernel::{bindings::*, ffi};
 
 pub const RKF_MULTI_FRAME_RET: i32 = -8;
-pub const RKF_MULTI_FRAME_CTX: i32 = -56;
-pub const RKF_MULTI_FRAME_NR_ARGS: i32 = -64;
-pub const RKF_MULTI_FRAME_FUNC_IP: i32 = -72;
-pub const RKF_MULTI_FRAME_SIZE: u32 = 80;
-pub const RKF_MULTI_MAX_ARGS: u32 = 6;
+pub const RKF_MULTI_FRAME_CTX: i32 = -104;
+pub const RKF_MULTI_FRAME_NR_ARGS: i32 = -112;
+pub const RKF_MULTI_FRAME_FUNC_IP: i32 = -120;
+pub const RKF_MULTI_FRAME_SIZE: u32 = 120;
+pub const RKF_MULTI_FRAME_STACK_ARGS: u32 = 24;
+pub const RKF_MULTI_MAX_ARGS: u32 = 12;
+pub const RKF_MULTI_REG_ARGS: u32 = 6;
 pub const RKF_MULTI_MAX_SESSIONS: u32 = 8;
-pub const RKF_MULTI_FRAME_COOKIES: i32 = -80;
-pub const RKF_MULTI_FRAME_SESSION_LINKS: i32 = -144;
-pub const RKF_MULTI_FRAME_NR_SESSIONS: i32 = -208;
-pub const RKF_MULTI_FRAME_FEXIT: i32 = -216;
-pub const RKF_MULTI_SHARED_FRAME_SIZE: u32 = 224;
+pub const RKF_MULTI_FRAME_COOKIES: i32 = -128;
+pub const RKF_MULTI_FRAME_SESSION_LINKS: i32 = -192;
+pub const RKF_MULTI_FRAME_NR_SESSIONS: i32 = -256;
+pub const RKF_MULTI_FRAME_FEXIT: i32 = -264;
+pub const RKF_MULTI_SHARED_FRAME_SIZE: u32 = 272;
 pub const RKF_MULTI_KIND_FENTRY: u32 = 0;
 pub const RKF_MULTI_KIND_FEXIT: u32 = 1;
 pub const RKF_MULTI_KIND_SESSION: u32 = 2;
@@ -94,14 +96,30 @@ pub struct rkf_multi_shape {
     pub name: *const ffi::c_char,
     pub nr_params: u32_,
     pub varargs: u32_,
-    pub kind: [u32_; 8usize],
-    pub size: [u32_; 8usize],
+    pub kind: [u32_; 13usize],
+    pub size: [u32_; 13usize],
 }
 unsafe extern "C" {
     pub fn rkf_multi_tramp();
 }
 unsafe extern "C" {
     pub fn rkf_multi_tmpl6(a0: u64_, a1: u64_, a2: u64_, a3: u64_, a4: u64_, a5: u64_) -> u64_;
+}
+unsafe extern "C" {
+    pub fn rkf_multi_tmpl12(
+        a0: u64_,
+        a1: u64_,
+        a2: u64_,
+        a3: u64_,
+        a4: u64_,
+        a5: u64_,
+        a6: u64_,
+        a7: u64_,
+        a8: u64_,
+        a9: u64_,
+        a10: u64_,
+        a11: u64_,
+    ) -> u64_;
 }
 unsafe extern "C" {
     pub fn rkf_multi_shared_fentry(ctx: *mut u64_, ret_ip: ffi::c_ulong) -> u64_;
@@ -130,6 +148,7 @@ unsafe extern "C" {
         kind: *mut u32_,
         sleepable: *mut bool_,
         id: *mut u32_,
+        max_args: *mut u32_,
     ) -> *mut bpf_prog;
 }
 unsafe extern "C" {

@@ -27,3 +27,29 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub fn rkf_testmod_multi_test6(a: u64_, b: u64_, c: u64_, d: u64_, e: u64_, f: u64_) -> u64_;
 }
+unsafe extern "C" {
+    pub fn rkf_testmod_multi_test7(
+        a: u64_,
+        b: s8,
+        c: u16_,
+        d: s32,
+        e: *mut ffi::c_void,
+        f: s16,
+        g: s64,
+    ) -> s64;
+}
+unsafe extern "C" {
+    pub fn rkf_testmod_multi_test11(
+        a: u64_,
+        b: s8,
+        c: u16_,
+        d: s32,
+        e: *mut ffi::c_void,
+        f: s16,
+        g: s64,
+        h: u8_,
+        i: s32,
+        j: u64_,
+        k: s64,
+    ) -> u64_;
+}

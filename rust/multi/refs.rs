@@ -29,14 +29,18 @@ pub(crate) struct Prog {
     pub(crate) sleepable: bool,
     /// Its id.
     pub(crate) id: u32,
+    /// The arguments its template reads: the most a function it traces may take.
+    pub(crate) max_args: u32,
 }
 
 impl ProgRef {
     /// Takes the program `fd`, checked to be an rkf_multi program.
     pub(crate) fn get(fd: u32) -> Result<Prog> {
-        let (mut kind, mut sleepable, mut id) = (0u32, false, 0u32);
+        let (mut kind, mut sleepable, mut id, mut max_args) = (0u32, false, 0u32, 0u32);
         // SAFETY: the out-pointers are valid; the shim checks everything about `fd`.
-        let p = unsafe { rkf_h::rkf_multi_prog_get(fd, &mut kind, &mut sleepable, &mut id) };
+        let p = unsafe {
+            rkf_h::rkf_multi_prog_get(fd, &mut kind, &mut sleepable, &mut id, &mut max_args)
+        };
         let p = kernel::error::from_err_ptr(p)?;
         // INVARIANT: the shim returned a reference.
         let prog = Self { ptr: p };
@@ -47,6 +51,7 @@ impl ProgRef {
             kind,
             sleepable,
             id,
+            max_args,
         })
     }
 

@@ -78,7 +78,7 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
         let target = modules.target_btf(fd, prog_btf).ok_or(EINVAL)?;
         // SAFETY: `prog` holds the program's BTF, `modules` every module BTF object and
         // module, for as long as this loop runs.
-        let mut t = unsafe { check_target(target, i, ids[i], addrs[i], prog.sleepable) }?;
+        let mut t = unsafe { check_target(target, i, ids[i], addrs[i], &prog) }?;
         t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
@@ -187,8 +187,9 @@ impl ModuleBtfs {
     }
 }
 
-/// Checks one function: its BTF shape, its address, that ftrace can hook it, and for a
-/// `sleepable` program, that it may sleep.
+/// Checks one function for `prog`: its BTF shape (no more arguments than the program's
+/// template reads), its address, that ftrace can hook it, and for a sleepable program,
+/// that it may sleep.
 ///
 /// # Safety
 ///
@@ -199,15 +200,15 @@ unsafe fn check_target(
     index: usize,
     btf_id: u32,
     addr: u64,
-    sleepable: bool,
+    prog: &Prog,
 ) -> Result<Target, Refusal> {
     let refuse = |reason| Refusal::new(index, reason);
     let mut shape = rkf_h::rkf_multi_shape {
         name: ptr::null(),
         nr_params: 0,
         varargs: 0,
-        kind: [0; 8],
-        size: [0; 8],
+        kind: [0; rules::SHAPE_SLOTS],
+        size: [0; rules::SHAPE_SLOTS],
     };
     // SAFETY: `target.btf` is alive (this function's contract), `shape` is valid for
     // writes.
@@ -217,6 +218,7 @@ unsafe fn check_target(
         return Err(refuse(Reason::NotAFunction));
     }
     let nr_args = rules::check_shape(
+        prog.max_args,
         shape.nr_params,
         shape.varargs != 0,
         &shape.kind,
@@ -234,7 +236,7 @@ unsafe fn check_target(
         return Err(refuse(Reason::WrongAddress));
     }
     let site = ftrace::site_of(addr).ok_or_else(|| refuse(Reason::NotTraceable))?;
-    if sleepable {
+    if prog.sleepable {
         // SAFETY: the module, if any, is alive (this function's contract); any address
         // may be asked about.
         let ei = unsafe { rkf_h::rkf_multi_error_injection(addr as usize, target.module) };

@@ -15,6 +15,7 @@ mod everything;
 mod run_path;
 mod session;
 mod sleepable;
+mod wide;
 
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 
@@ -79,6 +80,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_module_targets",
         run: module_targets,
+    },
+    Test {
+        name: "multi_wide_module_targets",
+        run: wide::wide_module_targets,
     },
     Test {
         name: "multi_funccount_glob",
@@ -583,7 +588,8 @@ fn notrace_function(funcs: &[Func]) -> Result<Func> {
         {
             continue;
         }
-        if rkf_core::multi::check_shape(f.nr_params, f.varargs, &f.kind, &f.size).is_err() {
+        let max = rkf_core::multi::TMPL6_ARGS;
+        if rkf_core::multi::check_shape(max, f.nr_params, f.varargs, &f.kind, &f.size).is_err() {
             continue;
         }
         if let Ok(addr) = k.lookup(&f.name, None) {
@@ -1379,6 +1385,14 @@ fn ioctl_fuzz() -> Result<()> {
         // are refused (or fail earlier checks); the sleepable attach storm runs them.
         let mut sobj = MaybeUninit::uninit();
         let sskel = sleepable::load(&mut sobj, &[])?;
+        // Programs of twelve arguments (rkf_multi_tmpl12()): a wider frame to fill, in a
+        // generated trampoline (fexit) and the shared one (a session).
+        let mut tobj = MaybeUninit::uninit();
+        let tm = skeleton::load::<crate::skel::multi_testmod::MultiTestmodSkelBuilder>(
+            &mut tobj,
+            "multi_testmod.bpf.c",
+            skeleton::as_built,
+        )?;
         let null = std::fs::File::open("/dev/null")?;
         let fds: Vec<i32> = vec![
             skel.progs.count_fentry0.as_fd().as_raw_fd(),
@@ -1387,6 +1401,8 @@ fn ioctl_fuzz() -> Result<()> {
             skel.progs.plain_fentry.as_fd().as_raw_fd(),
             sskel.progs.storm_fentry.as_fd().as_raw_fd(),
             sskel.progs.storm_fexit.as_fd().as_raw_fd(),
+            tm.progs.wide_fexit.as_fd().as_raw_fd(),
+            tm.progs.wide_session.as_fd().as_raw_fd(),
             skel.maps.bss.as_fd().as_raw_fd(),
             null.as_raw_fd(),
             9999,

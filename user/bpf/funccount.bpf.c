@@ -18,7 +18,8 @@ struct {
 
 __u64 unknown;
 
-RKF_MULTI_FENTRY
+/* Against rkf_multi_tmpl12(): functions of up to twelve arguments. */
+RKF_MULTI_FENTRY12
 int BPF_PROG(funccount)
 {
 	__u64 ip = bpf_get_func_ip(ctx);

@@ -46,7 +46,8 @@ __u64 unit_ns;		/* 1, 1000 or 1000000: the histograms' unit */
 /* Outputs. */
 __u64 unknown;	/* exits of a function that has no histogram */
 
-RKF_MULTI_FSESSION
+/* Against rkf_multi_tmpl12(): functions of up to twelve arguments. */
+RKF_MULTI_FSESSION12
 int BPF_PROG(funclatency)
 {
 	__u64 *start = bpf_session_cookie(ctx);

@@ -18,7 +18,7 @@ use std::{
 use anyhow::{anyhow, bail, Context, Result};
 use btf_rs::{Backend, Btf, BtfSection, BtfType, Member, Type};
 use libbpf_rs::{libbpf_sys, query::BtfInfoIter};
-use rkf_core::multi::btf_kind;
+use rkf_core::multi::{btf_kind, SHAPE_SLOTS};
 
 const PERCPU_SECTION: &str = ".data..percpu";
 const SYSFS_BTF: &str = "/sys/kernel/btf";
@@ -39,10 +39,10 @@ pub struct FuncShape {
     /// Whether it takes varargs.
     pub varargs: bool,
     /// BTF kinds (`rkf_core::multi::btf_kind`, or [`OTHER_KIND`]) of the return type
-    /// (`[0]`, 0 for void) and of up to 7 parameters.
-    pub kind: [u32; 8],
+    /// (`[0]`, 0 for void) and of up to 12 parameters.
+    pub kind: [u32; SHAPE_SLOTS],
     /// Their sizes.
-    pub size: [u32; 8],
+    pub size: [u32; SHAPE_SLOTS],
 }
 
 /// A kernel BTF object: vmlinux's, or a module's (split BTF on top of vmlinux's).
@@ -173,7 +173,7 @@ impl KernelBtf {
 
     /// Every function of this object (its own types only), with its shape as
     /// `rkf_core::multi::check_shape()` takes it: the kinds and sizes of the return type and
-    /// of up to seven parameters, typedefs and qualifiers skipped, as rkf_multi's shim
+    /// of up to twelve parameters, typedefs and qualifiers skipped, as rkf_multi's shim
     /// reads them in the kernel.
     pub fn funcs(&self) -> Result<Vec<FuncShape>> {
         let mut out = Vec::new();
@@ -190,11 +190,11 @@ impl KernelBtf {
                 name: self.name_of(&func),
                 nr_params: params.len() as u32,
                 varargs: params.last().is_some_and(|p| p.is_variadic()),
-                kind: [0; 8],
-                size: [0; 8],
+                kind: [0; SHAPE_SLOTS],
+                size: [0; SHAPE_SLOTS],
             };
             (f.kind[0], f.size[0]) = self.shape(proto.return_type_id())?;
-            for (i, p) in params.iter().take(7).enumerate() {
+            for (i, p) in params.iter().take(SHAPE_SLOTS - 1).enumerate() {
                 if !p.is_variadic() {
                     (f.kind[i + 1], f.size[i + 1]) = self.shape(self.next(p, id)?)?;
                 }

@@ -133,7 +133,7 @@ type Hist = crate::skel::funclatency::types::rkf_funclatency_hist;
 unsafe impl plain::Plain for Hist {}
 
 /// Times every call of every function matching `patterns` (names and globs, as
-/// [`multi::resolve()`] takes them) as `opts` says, through one rkf_multi link.
+/// [`multi::resolve_wide()`] takes them) as `opts` says, through one rkf_multi link.
 ///
 /// Needs the rkf_multi module, with session programs, and CAP_BPF with CAP_PERFMON.
 pub fn record(patterns: &[&str], opts: &Options) -> Result<Latencies> {
@@ -148,7 +148,8 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     let names = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
     check_patterns(patterns, &Kallsyms::parse(&names)?)?;
     modules::require("rkf_multi")?;
-    let resolved = multi::resolve(patterns)?;
+    // The program reads no argument: it takes functions of up to twelve.
+    let resolved = multi::resolve_wide(patterns)?;
     let nr_funcs = u32::try_from(resolved.funcs.len())
         .map_err(|_| anyhow!("{} functions are too many", resolved.funcs.len()))?;
     let mut obj = MaybeUninit::uninit();
@@ -246,7 +247,7 @@ fn wait(d: Duration) {
 }
 
 /// Fails, naming it, on a pattern that matches no function in `ksyms`: such a pattern
-/// would attach nothing, since [`multi::resolve()`] takes every function's address from
+/// would attach nothing, since [`multi::resolve_wide()`] takes every function's address from
 /// /proc/kallsyms.  Needs neither BTF nor tracefs, nor any privilege: only the names.
 /// `MODULE:GLOB` patterns are matched against that module's functions.
 pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {

@@ -3,8 +3,9 @@
 //! rkf_multi from user space: choosing the functions, attaching links, reading them back.
 //!
 //! A program for rkf_multi is a TRACING fentry or fexit program loaded against the
-//! module's `rkf_multi_tmpl6()` (`RKF_MULTI_FENTRY`/`RKF_MULTI_FEXIT` in rkf.bpf.h), with
-//! auto-attach off.  [`resolve()`] turns names and globs into functions, skipping (with a
+//! module's `rkf_multi_tmpl6()` (`RKF_MULTI_FENTRY`/`RKF_MULTI_FEXIT` in rkf.bpf.h), or
+//! against `rkf_multi_tmpl12()` for functions of up to twelve arguments
+//! (`RKF_MULTI_FENTRY12`/`RKF_MULTI_FEXIT12`), with auto-attach off.  [`resolve()`] turns names and globs into functions, skipping (with a
 //! reason) those the trampoline cannot trace honestly; [`Link::attach()`] attaches the
 //! program to them through `/dev/rkf_multi`; dropping the [`Link`] detaches it.
 
@@ -198,7 +199,20 @@ fn split_pattern(p: &str) -> (Option<&str>, &str) {
 /// another direct trampoline holds among them ([`direct_holders()`]; one that gains a
 /// holder before the attach still fails it), and says how many and why in
 /// [`Resolved::skipped`].  Fails if nothing is left.
+///
+/// The functions are for a program loaded against `rkf_multi_tmpl6()` (`RKF_MULTI_FENTRY`
+/// and the like): at most six arguments.  [`resolve_wide()`] takes up to twelve.
 pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
+    resolve_up_to(patterns, rules::TMPL6_ARGS)
+}
+
+/// [`resolve()`] for a program loaded against `rkf_multi_tmpl12()` (`RKF_MULTI_FENTRY12`
+/// and the like), which reads twelve arguments: functions of up to twelve.
+pub fn resolve_wide(patterns: &[&str]) -> Result<Resolved> {
+    resolve_up_to(patterns, rules::MAX_ARGS)
+}
+
+fn resolve_up_to(patterns: &[&str], max_args: u32) -> Result<Resolved> {
     let vmlinux = KernelBtf::vmlinux()?;
     let ksyms = Kallsyms::load()?;
     let ftrace = ftrace_functions()?;
@@ -254,7 +268,8 @@ pub fn resolve(patterns: &[&str]) -> Result<Resolved> {
                 continue;
             }
             let ftrace_name = qualified_name(&f.name, object);
-            let skip = match rules::check_shape(f.nr_params, f.varargs, &f.kind, &f.size) {
+            let skip = match rules::check_shape(max_args, f.nr_params, f.varargs, &f.kind, &f.size)
+            {
                 Err(r) => Some(Skip::Rule(r)),
                 Ok(_) if rules::denied(f.name.as_bytes()) => Some(Skip::Rule(Reason::Denied)),
                 Ok(_) => match (ftrace.get(&ftrace_name), addrs.get(f.name.as_str())) {
@@ -574,7 +589,8 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     use crate::{skel::funccount::FunccountSkelBuilder, skeleton};
 
     crate::modules::require("rkf_multi")?;
-    let resolved = resolve(patterns)?;
+    // The program reads no argument: it takes functions of up to twelve.
+    let resolved = resolve_wide(patterns)?;
     let mut obj = std::mem::MaybeUninit::uninit();
     let skel =
         skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", skeleton::as_built)

@@ -12,21 +12,28 @@
 //!
 //! ```text
 //! [account]                                     call depth tracking: the entry's call
-//! push rbp; mov rbp, rsp; sub rsp, 80           the shared trampoline's frame
-//! mov [rbp-56+8*i], <arg i>   (i < saved)       ctx[i]
-//! mov qword [rbp-64], nr_args                   ctx[-1]: bpf_get_func_arg_cnt()
-//! movabs rax, addr; mov [rbp-72], rax           ctx[-2]: bpf_get_func_ip()
+//! push rbp; mov rbp, rsp; sub rsp, 120          the shared trampoline's frame
+//! mov [rbp-104+8*i], <arg i>  (i < saved, i < 6)          ctx[i]: the registers
+//! mov rax, [rbp+24+8*(i-6)]; mov [rbp-104+8*i], rax       ctx[i]: the stack arguments
+//!                             (6 <= i < nr_args)
+//! mov qword [rbp-104+8*i], 0  (nr_args, 6 <= i < saved)   ctx[i]: no such argument
+//! mov qword [rbp-112], nr_args                  ctx[-1]: bpf_get_func_arg_cnt()
+//! movabs rax, addr; mov [rbp-120], rax          ctx[-2]: bpf_get_func_ip()
 //! [movabs rax, &inflight; lock inc qword [rax]] with fexit programs: a call in flight
 //! for each fentry program:
-//!     movabs rdi, &slot; lea rsi, [rbp-56]
+//!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
-//! mov <arg i>, [rbp-56+8*i]   (i < nr_args)
+//! mov <arg i>, [rbp-104+8*i]  (i < nr_args, i < 6)
 //! with fexit programs:
+//!     push qword [rbp+24+8*(i-6)]  (i = nr_args - 1 down to 6)   the stack arguments
 //!     [account]; call <site + 5>                the rest of the function
-//!     mov [rbp-8], rax; mov [rbp-56+8*nr_args], rax    ctx[6], bpf_get_func_ret()
+//!     [add rsp, 8*(nr_args-6)]
+//!     mov [rbp-8], rax                          ctx[12]: the return value, kept
+//!     [mov [rbp-104+8*nr_args], rax]            nr_args < 12: bpf_get_func_ret()
+//!     [mov [rbp-56], rax]                       nr_args < 6: ctx[6], rkf_multi_tmpl6's
 //!     movabs rax, &dead; cmp byte [rax], 0; jne out
 //!     for each fexit program:
-//!         movabs rdi, &slot; lea rsi, [rbp-56]
+//!         movabs rdi, &slot; lea rsi, [rbp-104]
 //!         [account]; call run_exit              run_exit(slot, ctx)
 //! out: movabs rax, &inflight; lock dec qword [rax]; mov rax, [rbp-8]
 //!     leave; add rsp, 8                         back to the function's caller
@@ -48,25 +55,36 @@
 //! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
 //! have slept in the function for any time: it first checks that the slot's link is
 //! still attached.  Like a BPF trampoline, the code restores the argument registers BTF
-//! says the function takes.  It saves at least those, and as many more as the programs
-//! read through ctx (the verifier's `max_ctx_offset`): programs are verified against six
-//! u64, and read the registers as they came, as through the shared trampoline, never
-//! stale stack.  The calls in flight are counted per image, as a BPF trampoline counts
+//! says the function takes, and for a function of more than six arguments copies the
+//! ones the caller passed on the stack into ctx, and again onto its own stack to call
+//! the body (arch/x86/net/bpf_jit_comp.c, `save_args()` and `arch_prepare_bpf_trampoline()`
+//! do the same).  It fills at least the function's arguments, and as many more slots as
+//! the programs read through ctx (the verifier's `max_ctx_offset`): programs are verified
+//! against six or twelve u64, and read the registers as they came, as through the shared
+//! trampoline, and 0 past the function's arguments beyond the registers, never stale
+//! stack.  The calls in flight are counted per image, as a BPF trampoline counts
 //! them on its image (`__bpf_tramp_enter()`), so that an image is freed only once no
 //! call can come back into it; a call that comes back after the image was declared dead
 //! (rkf_multi unloading meanwhile) goes straight back to the function's caller.
 
 /// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
-/// `ctx[0]` is at `rbp - 56`.
-pub const CTX: i8 = -56;
+/// `ctx[0]` is at `rbp - 104`.
+pub const CTX: i8 = -104;
 /// `ctx[-1]`, the argument count.
-pub const NR_ARGS: i8 = -64;
+pub const NR_ARGS: i8 = -112;
 /// `ctx[-2]`, the function's address.
-pub const FUNC_IP: i8 = -72;
-/// `ctx[6]`, the return value as the template's programs read it.
+pub const FUNC_IP: i8 = -120;
+/// `ctx[12]`, where the trampoline keeps the return value (past the twelve u64 of ctx the
+/// verifier lets a program read).
 pub const RET: i8 = -8;
+/// `ctx[6]`, the return value as `rkf_multi_tmpl6()`'s programs read it, for a function
+/// of at most six arguments.
+pub const RET6: i8 = CTX + 8 * REG_ARGS as i8;
 /// Bytes below rbp.
-pub const FRAME: u8 = 80;
+pub const FRAME: u8 = 120;
+/// Where the caller put the seventh argument: past the saved rbp, the return address into
+/// the function and the function's own return address.
+pub const STACK_ARGS: i8 = 24;
 
 /// The argument registers, in order: rdi, rsi, rdx, rcx, r8, r9 (ModRM reg field, REX.R).
 const ARG_REGS: [(u8, bool); 6] = [
@@ -78,8 +96,12 @@ const ARG_REGS: [(u8, bool); 6] = [
     (1, true),
 ];
 
-/// The argument registers a trampoline saves and restores at most.
-pub const MAX_ARGS: u32 = ARG_REGS.len() as u32;
+/// The arguments passed in registers.
+pub const REG_ARGS: u32 = ARG_REGS.len() as u32;
+
+/// The most arguments a trampoline takes, as a BPF trampoline (`MAX_BPF_FUNC_ARGS`): the
+/// ones past [`REG_ARGS`] on the caller's stack.
+pub const MAX_ARGS: u32 = 12;
 
 /// Call depth accounting, as `x86_call_depth_emit_accounting()` writes it before a call.
 #[derive(Clone, Copy, Debug)]
@@ -137,9 +159,9 @@ pub struct Exit<'a> {
 /// One trampoline to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Spec<'a> {
-    /// The function's argument count (`bpf_get_func_arg_cnt()`), the registers restored.
+    /// The function's argument count (`bpf_get_func_arg_cnt()`), at most [`MAX_ARGS`].
     pub nr_args: u32,
-    /// The argument registers saved to ctx: at least `nr_args`, at most six.
+    /// The slots of ctx filled: at least `nr_args`, at most [`MAX_ARGS`].
     pub saved: u32,
     /// The function's address (`bpf_get_func_ip()`).
     pub addr: u64,
@@ -156,7 +178,7 @@ pub struct Spec<'a> {
 /// Why a trampoline cannot be generated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitError {
-    /// More than six registers, fewer saved than restored, or no program.
+    /// More than [`MAX_ARGS`] slots, fewer filled than arguments, or no program.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -176,9 +198,9 @@ pub fn align(off: usize) -> usize {
     (off + ALIGN - 1) & !(ALIGN - 1)
 }
 
-/// Bytes of the code of a trampoline that saves `saved` and restores `nr_args` argument
-/// registers, runs `nr_entry` fentry programs and, with `nr_exit`, calls the function and
-/// runs that many fexit programs, on a cpu that wants `m`.
+/// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
+/// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `nr_exit`, calls the
+/// function and runs that many fexit programs, on a cpu that wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,
@@ -186,25 +208,43 @@ pub fn len(
     nr_exit: Option<u32>,
     m: &Mitigations,
 ) -> usize {
-    // Accounting, prologue 1+3+4, stores 4 each, count 8, address 10+4, per program
-    // 10+4 + accounting + 5, loads 4 each.
+    // Accounting, prologue 1+3+4, a register slot 4 and any other slot 8, count 8,
+    // address 10+4, per program 10+4 + accounting + 5, register loads 4 each.
     let a = m.account_len();
     let prog = 19 + a;
-    let head = a + 8 + 4 * saved as usize + 8 + 14;
-    let entry = prog * nr_entry as usize + 4 * nr_args as usize;
+    let regs = |n: u32| n.min(REG_ARGS) as usize;
+    let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
+    let head = a + 8 + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
+    let entry = prog * nr_entry as usize + 4 * regs(nr_args);
     let tail = match nr_exit {
         // leave, the return.
         None => 1 + m.return_len(),
-        // The count up 10+4 (before the programs), the call, the return value to ctx[6]
-        // and ctx[nr_args], the dead check 10+3+6, the programs, the count down 10+4, the
-        // return value back, leave, skipping the return into the function 4, the return.
+        // The count up 10+4 (before the programs), the stack arguments pushed 3 each, the
+        // call, dropping them 4, the return value to ctx[12] and maybe ctx[nr_args] and
+        // ctx[6], the dead check 10+3+6, the programs, the count down 10+4, the return
+        // value back, leave, skipping the return into the function 4, the return.
         Some(n) => {
-            let ret_slots = if nr_args < MAX_ARGS { 8 } else { 4 };
-            14 + a + 5 + ret_slots + 19 + prog * n as usize + 14 + 4 + 1 + 4 + m.return_len()
+            let pushed = beyond(nr_args);
+            let drop = if pushed > 0 { 4 } else { 0 };
+            let call = 3 * pushed + a + 5 + drop + 4 + ret_slots(nr_args).1 * 4;
+            let exit = 19 + prog * n as usize + 14 + 4;
+            14 + call + exit + 1 + 4 + m.return_len()
         }
     };
     head + entry + tail
 }
+
+/// Where the return value goes besides `ctx[12]` (`RET`): `ctx[nr_args]`, where
+/// `bpf_get_func_ret()` reads it, below twelve arguments, and `ctx[6]`, where
+/// `rkf_multi_tmpl6()`'s programs read it, below six.  The first `.1` of `.0`.
+pub fn ret_slots(nr_args: u32) -> ([i8; 2], usize) {
+    match nr_args {
+        n if n < REG_ARGS => ([CTX + 8 * n as i8, RET6], 2),
+        n if n < MAX_ARGS => ([CTX + 8 * n as i8, 0], 1),
+        _ => ([0; 2], 0),
+    }
+}
+
 /// A cursor over the output.
 struct Out<'a> {
     buf: &'a mut [u8],
@@ -293,7 +333,7 @@ impl Out<'_> {
 pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let (n, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
     let no_exit = t.exit.is_none_or(|e| e.slots.is_empty());
-    if saved > ARG_REGS.len() || n > saved || (t.slots.is_empty() && no_exit) {
+    if saved > MAX_ARGS as usize || n > saved || (t.slots.is_empty() && no_exit) {
         return Err(EmitError::BadShape);
     }
     if t.exit.is_some_and(|e| e.slots.is_empty()) {
@@ -304,13 +344,27 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     if buf.len() != total {
         return Err(EmitError::BadBuffer);
     }
+    let regs = REG_ARGS as usize;
+    let slot = |i: usize| CTX + 8 * i as i8;
+    let stack_arg = |i: usize| STACK_ARGS + 8 * (i - regs) as i8;
     let mut o = Out { buf, pos: 0 };
     // The call that entered the trampoline: ftrace's site calls it directly.
     o.account(at, m)?;
     // push rbp; mov rbp, rsp; sub rsp, FRAME
     o.bytes(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, FRAME]);
     for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
-        o.rbp_mov(reg, CTX + 8 * i as i8, true);
+        o.rbp_mov(reg, slot(i), true);
+    }
+    for i in regs..saved {
+        if i < n {
+            // mov rax, [rbp+STACK_ARGS+8*(i-6)]; mov [rbp+CTX+8*i], rax
+            o.rbp_mov((0, false), stack_arg(i), false);
+            o.rbp_mov((0, false), slot(i), true);
+        } else {
+            // mov qword [rbp+CTX+8*i], 0
+            o.bytes(&[0x48, 0xc7, 0x45, slot(i) as u8]);
+            o.u32(0);
+        }
     }
     // mov qword [rbp+NR_ARGS], imm32
     o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
@@ -327,15 +381,25 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     }
     o.progs(at, m, t.slots, t.run)?;
     for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
-        o.rbp_mov(reg, CTX + 8 * i as i8, false);
+        o.rbp_mov(reg, slot(i), false);
     }
     if let Some(e) = &t.exit {
-        // call body; mov [rbp+RET], rax; mov [rbp+CTX+8*nr_args], rax
+        // push qword [rbp+STACK_ARGS+8*(i-6)], the last first: the body finds its stack
+        // arguments above its return address, as its caller left them.
+        for i in (regs..n).rev() {
+            o.bytes(&[0xff, 0x75, stack_arg(i) as u8]);
+        }
+        // call body; add rsp, 8*(nr_args-6)
         o.account(at, m)?;
         o.branch(at, &[0xe8], e.body)?;
+        if n > regs {
+            o.bytes(&[0x48, 0x83, 0xc4, 8 * (n - regs) as u8]);
+        }
+        // mov [rbp+RET], rax, and the other return value slots
         o.rbp_mov((0, false), RET, true);
-        if n < ARG_REGS.len() {
-            o.rbp_mov((0, false), CTX + 8 * n as i8, true);
+        let (at_slots, nr) = ret_slots(t.nr_args);
+        for &d in &at_slots[..nr] {
+            o.rbp_mov((0, false), d, true);
         }
         // movabs rax, dead; cmp byte [rax], 0; jne out
         o.bytes(&MOVABS_RAX);

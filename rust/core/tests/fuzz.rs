@@ -209,18 +209,25 @@ fn fuzz_glob_match() {
 
 #[test]
 fn fuzz_shape_and_count() {
-    let kinds = prop::array::uniform8(prop_oneof![0u32..20, any::<u32>()]);
-    let sizes = prop::array::uniform8(edgy_u32(&[0, 1, 2, 4, 8, 16]));
-    let shape = (edgy_u32(&[multi::MAX_ARGS, 8]), any::<bool>(), kinds, sizes);
+    let kinds = prop::array::uniform13(prop_oneof![0u32..20, any::<u32>()]);
+    let sizes = prop::array::uniform13(edgy_u32(&[0, 1, 2, 4, 8, 16]));
+    let max = edgy_u32(&[multi::TMPL6_ARGS, multi::MAX_ARGS]);
+    let shape = (
+        max,
+        edgy_u32(&[multi::TMPL6_ARGS, multi::MAX_ARGS, 7, 13]),
+        any::<bool>(),
+        kinds,
+        sizes,
+    );
     let count = edgy_u32(&[multi::MAX_FUNCS]);
     fuzz(
         "check_shape/check_count",
         (shape, count),
-        |((nr, varargs, kind, size), n)| {
+        |((max, nr, varargs, kind, size), n)| {
             use multi::btf_kind::*;
             let reg = |k: u32, s: u32| k == PTR || (matches!(k, INT | ENUM | ENUM64) && s <= 8);
-            let got = multi::check_shape(nr, varargs, &kind, &size);
-            let want = if nr > multi::MAX_ARGS {
+            let got = multi::check_shape(max, nr, varargs, &kind, &size);
+            let want = if nr > max || nr > multi::MAX_ARGS {
                 Err(multi::Reason::TooManyArgs)
             } else if varargs
                 || (kind[0] != 0 && !reg(kind[0], size[0]))

@@ -123,47 +123,77 @@ fn sleepable_targets() {
 fn shapes() {
     use btf_kind::*;
     let k = |ret: u32, params: &[u32]| {
-        let mut kind = [0; 8];
+        let mut kind = [0; SHAPE_SLOTS];
         kind[0] = ret;
         kind[1..=params.len()].copy_from_slice(params);
         kind
     };
-    let sizes = [8; 8];
-    // int f(void *, long, enum e)
+    let sizes = [8; SHAPE_SLOTS];
+    for max in [TMPL6_ARGS, MAX_ARGS] {
+        // int f(void *, long, enum e)
+        assert_eq!(
+            check_shape(max, 3, false, &k(INT, &[PTR, INT, ENUM]), &sizes),
+            Ok(3)
+        );
+        // void f(void)
+        assert_eq!(check_shape(max, 0, false, &k(0, &[]), &sizes), Ok(0));
+        // six pointers: the registers
+        assert_eq!(
+            check_shape(max, 6, false, &k(PTR, &[PTR; 6]), &sizes),
+            Ok(6)
+        );
+        // a struct by value, a float, a struct return, __int128, varargs
+        assert_eq!(
+            check_shape(max, 1, false, &k(INT, &[4]), &sizes),
+            Err(Reason::NotInRegisters)
+        );
+        assert_eq!(
+            check_shape(max, 1, false, &k(INT, &[16]), &sizes),
+            Err(Reason::NotInRegisters)
+        );
+        assert_eq!(
+            check_shape(max, 1, false, &k(4, &[PTR]), &sizes),
+            Err(Reason::NotInRegisters)
+        );
+        let mut wide = sizes;
+        wide[1] = 16;
+        assert_eq!(
+            check_shape(max, 1, false, &k(INT, &[INT]), &wide),
+            Err(Reason::NotInRegisters)
+        );
+        assert_eq!(
+            check_shape(max, 2, true, &k(INT, &[PTR, 0]), &sizes),
+            Err(Reason::NotInRegisters)
+        );
+    }
+    // Seven: only for rkf_multi_tmpl12's programs, which read the stack arguments too.
     assert_eq!(
-        check_shape(3, false, &k(INT, &[PTR, INT, ENUM]), &sizes),
-        Ok(3)
-    );
-    // void f(void)
-    assert_eq!(check_shape(0, false, &k(0, &[]), &sizes), Ok(0));
-    // six pointers: the most the trampoline saves
-    assert_eq!(check_shape(6, false, &k(PTR, &[PTR; 6]), &sizes), Ok(6));
-    assert_eq!(
-        check_shape(7, false, &k(PTR, &[PTR; 7]), &sizes),
+        check_shape(TMPL6_ARGS, 7, false, &k(PTR, &[PTR; 7]), &sizes),
         Err(Reason::TooManyArgs)
     );
-    // a struct by value, a float, a struct return, __int128, varargs
     assert_eq!(
-        check_shape(1, false, &k(INT, &[4]), &sizes),
+        check_shape(MAX_ARGS, 7, false, &k(PTR, &[PTR; 7]), &sizes),
+        Ok(7)
+    );
+    // Twelve, the most (MAX_BPF_FUNC_ARGS); a struct among them is still refused.
+    assert_eq!(
+        check_shape(MAX_ARGS, 12, false, &k(INT, &[INT; 12]), &sizes),
+        Ok(12)
+    );
+    let mut params = [PTR; 12];
+    params[11] = 4;
+    assert_eq!(
+        check_shape(MAX_ARGS, 12, false, &k(INT, &params), &sizes),
         Err(Reason::NotInRegisters)
     );
     assert_eq!(
-        check_shape(1, false, &k(INT, &[16]), &sizes),
-        Err(Reason::NotInRegisters)
+        check_shape(MAX_ARGS, 13, false, &k(INT, &[INT; 12]), &sizes),
+        Err(Reason::TooManyArgs)
     );
+    // A template wider than twelve is held to twelve.
     assert_eq!(
-        check_shape(1, false, &k(4, &[PTR]), &sizes),
-        Err(Reason::NotInRegisters)
-    );
-    let mut wide = sizes;
-    wide[1] = 16;
-    assert_eq!(
-        check_shape(1, false, &k(INT, &[INT]), &wide),
-        Err(Reason::NotInRegisters)
-    );
-    assert_eq!(
-        check_shape(2, true, &k(INT, &[PTR, 0]), &sizes),
-        Err(Reason::NotInRegisters)
+        check_shape(u32::MAX, 13, false, &k(INT, &[INT; 12]), &sizes),
+        Err(Reason::TooManyArgs)
     );
 }
 

@@ -58,8 +58,18 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         format!("sub rsp, {:#x}", FRAME),
     ]);
     let slot = |i: usize| format!("[rbp-{:#x}]", -(CTX as i32) - 8 * i as i32);
+    // The seventh argument and on, where the function's caller left them.
+    let stack = |i: usize| format!("[rbp+{:#x}]", 24 + 8 * (i - 6));
     for (i, r) in REGS.iter().enumerate().take(saved) {
         e.push(format!("mov {}, {}", slot(i), r));
+    }
+    for i in 6..saved {
+        if i < nr_args {
+            e.push(format!("mov rax, {}", stack(i)));
+            e.push(format!("mov {}, rax", slot(i)));
+        } else {
+            e.push(format!("mov qword ptr {}, 0x0", slot(i)));
+        }
     }
     e.push(format!(
         "mov qword ptr [rbp-{:#x}], {:#x}",
@@ -85,13 +95,24 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         e.push(format!("mov {}, {}", r, slot(i)));
     }
     let ret = format!("[rbp-{:#x}]", -(RET as i32));
-    assert_eq!(RET as i32, CTX as i32 + 8 * 6, "ctx[6]");
+    assert_eq!(RET as i32, CTX as i32 + 8 * 12, "ctx[12]");
+    assert_eq!(RET6 as i32, CTX as i32 + 8 * 6, "ctx[6]");
     if let Some(x) = &t.exit {
+        for i in (6..nr_args).rev() {
+            e.push(format!("push qword ptr {}", stack(i)));
+        }
         account(&mut e);
         e.push("call BODY".to_string());
+        if nr_args > 6 {
+            e.push(format!("add rsp, {:#x}", 8 * (nr_args - 6)));
+        }
         e.push(format!("mov {ret}, rax"));
-        if nr_args < 6 {
+        // bpf_get_func_ret()'s ctx[nr_args], and ctx[6] for rkf_multi_tmpl6's programs.
+        if nr_args < 12 {
             e.push(format!("mov {}, rax", slot(nr_args)));
+        }
+        if nr_args < 6 {
+            e.push(format!("mov {}, rax", slot(6)));
         }
         e.push(format!("mov rax, {:#x}", x.dead));
         e.push("cmp byte ptr [rax], 0x0".to_string());
@@ -280,8 +301,8 @@ fn every_arg_count() {
     let run_exit = 0xffff_ffff_c100_2400;
     let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
     for m in cpus(0xffff_ffff_8200_0500) {
-        for nr in 0..=6 {
-            for saved in nr..=6 {
+        for nr in 0..=12 {
+            for saved in nr..=12 {
                 let addr = 0xffff_ffff_8123_4560;
                 check(at, &on(m, tramp(nr, saved, addr, &slots[..1], run)));
                 check(at, &on(m, tramp(nr, saved, addr, &slots, run)));
@@ -310,7 +331,7 @@ fn refusals() {
         e
     };
     assert_eq!(
-        bad(&mut buf, &tramp(7, 7, 0, &slots, 0)),
+        bad(&mut buf, &tramp(13, 13, 0, &slots, 0)),
         Err(EmitError::BadShape)
     );
     assert_eq!(
@@ -413,8 +434,8 @@ fn refusals() {
 proptest! {
     #[test]
     fn decodes_as_intended(
-        nr in 0u32..=6,
-        extra in 0u32..=6,
+        nr in 0u32..=12,
+        extra in 0u32..=12,
         slots in prop::collection::vec(any::<u64>(), 1..6),
         at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
         delta in -(1i64 << 30)..(1i64 << 30),
@@ -422,15 +443,15 @@ proptest! {
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
     ) {
-        let saved = (nr + extra).min(6);
+        let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         check(at, &on(m, tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64))));
     }
 
     #[test]
     fn decodes_as_intended_with_fexit(
-        nr in 0u32..=6,
-        extra in 0u32..=6,
+        nr in 0u32..=12,
+        extra in 0u32..=12,
         entries in prop::collection::vec(any::<u64>(), 0..4),
         exits in prop::collection::vec(any::<u64>(), 1..4),
         at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
@@ -439,7 +460,7 @@ proptest! {
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
     ) {
-        let saved = (nr + extra).min(6);
+        let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
         let t = tramp(nr, saved, addr, &entries, run);

@@ -28,8 +28,18 @@ pub const MAX_LINKS_PER_FUNC: u32 = 38;
 /// frame (`RKF_MULTI_MAX_SESSIONS`).
 pub const MAX_SESSIONS_PER_FUNC: u32 = 8;
 
-/// The most register arguments a target may take: the trampoline saves six.
-pub const MAX_ARGS: u32 = 6;
+/// The most arguments a target may take, as a BPF trampoline's (`MAX_BPF_FUNC_ARGS`): a
+/// program loaded against `rkf_multi_tmpl12()` reads twelve.
+pub const MAX_ARGS: u32 = 12;
+
+/// The arguments a program loaded against `rkf_multi_tmpl6()` reads: the registers.  Its
+/// fexit programs read the return value at `ctx[6]`, which is the seventh argument of a
+/// wider function, so it traces functions of at most six.
+pub const TMPL6_ARGS: u32 = 6;
+
+/// The kinds and sizes [`check_shape()`] takes: the return type's, then up to
+/// [`MAX_ARGS`] parameters'.
+pub const SHAPE_SLOTS: usize = 1 + MAX_ARGS as usize;
 
 /// Why a function cannot be attached.  The numbers are the ABI of
 /// `struct rkf_multi_attach_request.reason` (c-shim/rkf.h).
@@ -40,7 +50,8 @@ pub enum Reason {
     NotAFunction = 1,
     /// The address is not the start of the function the BTF id names (`EINVAL`).
     WrongAddress = 2,
-    /// More than six arguments (`EINVAL`).
+    /// More arguments than the program's template takes: six (`rkf_multi_tmpl6()`) or
+    /// twelve (`rkf_multi_tmpl12()`) (`EINVAL`).
     TooManyArgs = 3,
     /// A struct, union or floating-point argument or return value (`EINVAL`).
     NotInRegisters = 4,
@@ -201,20 +212,23 @@ fn in_register(kind: u32, size: u32) -> bool {
     }
 }
 
-/// Decides from a function's BTF whether the trampoline can trace it honestly, and
-/// returns its argument count.
+/// Decides from a function's BTF whether the trampoline can trace it honestly for a
+/// program that reads `max_args` arguments (its template's: [`TMPL6_ARGS`] or
+/// [`MAX_ARGS`]), and returns its argument count.
 ///
 /// `kind[0]`/`size[0]` describe the return type (kind 0: void), `kind[1..]` the
 /// parameters, typedefs and qualifiers skipped (c-shim `rkf_multi_shape()`).  Every
-/// argument and the return value must fit one register: at most six integer, enum or
-/// pointer arguments, no varargs, no struct, union or floating point.
+/// argument and the return value must fit one register or stack slot: at most
+/// `max_args` integer, enum or pointer arguments, no varargs, no struct, union or
+/// floating point.
 pub fn check_shape(
+    max_args: u32,
     nr_params: u32,
     varargs: bool,
-    kind: &[u32; 8],
-    size: &[u32; 8],
+    kind: &[u32; SHAPE_SLOTS],
+    size: &[u32; SHAPE_SLOTS],
 ) -> Result<u32, Reason> {
-    if nr_params > MAX_ARGS {
+    if nr_params > max_args.min(MAX_ARGS) {
         return Err(Reason::TooManyArgs);
     }
     if varargs {

@@ -44,7 +44,9 @@ impl Reason {
         match self {
             Self::NotAFunction => "the BTF id is not a function",
             Self::WrongAddress => "the address is not the start of the function its BTF id names",
-            Self::TooManyArgs => "more than 6 arguments",
+            Self::TooManyArgs => {
+                "more arguments than the program reads (6 through rkf_multi_tmpl6, RKF_MULTI_FENTRY and the like; 12 through rkf_multi_tmpl12, RKF_MULTI_FENTRY12)"
+            }
             Self::NotInRegisters => "a struct, union or floating-point argument or return value",
             Self::NotTraceable => {
                 "not traceable (not in available_filter_functions: notrace, inlined or init)"
