@@ -30,7 +30,8 @@
  *	rbp +  8	the return address into the traced function: its site + 5
  *	rbp +  0	saved rbp
  *
- * ctx[0..11] are the arguments (0 past the function's own beyond the registers), ctx[12]
+ * ctx[0..11] are the arguments (0 past the function's own beyond the registers, but the
+ * return value slots below on exit), ctx[12]
  * the return value, kept there by the trampolines (no program reads it: the verifier
  * allows MAX_BPF_FUNC_ARGS u64 of ctx).  bpf_get_func_ret() reads it at ctx[nr_args],
  * and programs against rkf_multi_tmpl6() at ctx[6], which gets it too for a function of
@@ -397,6 +398,8 @@ u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f);
 s64 rkf_testmod_multi_test7(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g);
 u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
 			     u8 h, s32 i, u64 j, s64 k);
+u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
+			     u8 h, s32 i, u64 j, s64 k, u64 l);
 
 #endif /* !__ASSEMBLY__ */
 #endif /* _RKF_H */

@@ -70,7 +70,8 @@ noinline notrace u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64
  * @a11: the twelfth
  *
  * As rkf_multi_tmpl6(), with the SEC() names of rkf_multi_tmpl12: the program reads
- * twelve u64 arguments (0 past the traced function's own, beyond the sixth) and, in
+ * twelve u64 arguments (0 past the traced function's own, beyond the sixth, but on exit
+ * the return value at ctx[6] below six arguments) and, in
  * fexit and fsession, the return value through bpf_get_func_ret() (or the u64 after
  * the last argument: ctx[12] is past what the verifier lets a program read).  Never
  * called, never traced.

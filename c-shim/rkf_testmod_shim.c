@@ -97,6 +97,14 @@ noinline u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k;
 }
 
+/* Twelve, the most a BPF trampoline takes (MAX_BPF_FUNC_ARGS). */
+noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
+				      u8 h, s32 i, u64 j, s64 k, u64 l)
+{
+	barrier();
+	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k + l;
+}
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -136,17 +144,18 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run(void)
 }
 
 /**
- * bpf_rkf_testmod_multi_run_wide() - call rkf_testmod_multi_test7() and _test11() once
- * each, from a syscall program, with the arguments tests/src/multi/wide.rs expects
+ * bpf_rkf_testmod_multi_run_wide() - call rkf_testmod_multi_test7(), _test11() and
+ * _test12() once each, from a syscall program, with the arguments tests/src/multi/wide.rs
+ * expects
  *
  * Return: 0 if each returned the sum of its arguments, else a bit per function that did
- * not (bit 0 for test7, 1 for test11): a trampoline that corrupted a stack argument or
- * the return value shows here.
+ * not (bit 0 for test7, 1 for test11, 2 for test12): a trampoline that corrupted a stack
+ * argument or the return value shows here.
  */
 __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
 {
 	/* Every bit of each type in use, and signs that extend. */
-	u64 a = 0xfedcba9876543210ULL, j = 0x8000000000000001ULL;
+	u64 a = 0xfedcba9876543210ULL, j = 0x8000000000000001ULL, l = 0x0123456789abcdefULL;
 	s64 g = -0x123456789abcdefLL, k = -0x7fffffffffffffffLL;
 	void *e = (void *)0xffff888012345678UL;
 	s32 d = -100000, i = -2;
@@ -161,6 +170,9 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
 		bad |= BIT(0);
 	if (rkf_testmod_multi_test11(a, b, c, d, e, f, g, h, i, j, k) != sum7 + h + i + j + k)
 		bad |= BIT(1);
+	if (rkf_testmod_multi_test12(a, b, c, d, e, f, g, h, i, j, k, l) !=
+	    sum7 + h + i + j + k + l)
+		bad |= BIT(2);
 	return bad;
 }
 

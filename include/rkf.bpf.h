@@ -247,7 +247,9 @@ static __always_inline long __rkf_stack_bounded(long ret, __u32 size)
  * bpf_get_func_ret(), and the u64 right after the function's last argument (the
  * verifier lets a program read twelve u64 of ctx, MAX_BPF_FUNC_ARGS, as for the kernel's
  * own trampolines, so a function of twelve has its return value through the helper
- * only).  Other arguments past the function's own read 0 from the seventh on.  A
+ * only).  Other arguments past the function's own read 0 from the seventh on (but on
+ * exit, ctx[6] holds the return value too below six arguments, for programs against
+ * rkf_multi_tmpl6()).  A
  * program against rkf_multi_tmpl6() cannot trace a function of more than six arguments
  * (its return value would read the seventh): attaching it fails with EINVAL naming the
  * function.

@@ -53,3 +53,19 @@ unsafe extern "C" {
         k: s64,
     ) -> u64_;
 }
+unsafe extern "C" {
+    pub fn rkf_testmod_multi_test12(
+        a: u64_,
+        b: s8,
+        c: u16_,
+        d: s32,
+        e: *mut ffi::c_void,
+        f: s16,
+        g: s64,
+        h: u8_,
+        i: s32,
+        j: u64_,
+        k: s64,
+        l: u64_,
+    ) -> u64_;
+}

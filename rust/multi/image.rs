@@ -171,7 +171,7 @@ pub(crate) fn generate(
     detached: &[&Arc<Atomic<bool>>],
     m: &Mitigations,
 ) -> Result<(Arc<Image>, KVVec<usize>)> {
-    // Per function: its offset in the code, the registers to save and its length.
+    // Per function: its offset in the code, the slots of ctx to fill and its length.
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots, mut exit) = (0usize, 0usize, false);
     for f in funcs {

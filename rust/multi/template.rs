@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The template rkf_multi programs are verified against, `rkf_multi_tmpl6()`
-//! (c-shim/rkf_multi_run.c), as a function sleepable programs may be verified against.
+//! The templates rkf_multi programs are verified against, `rkf_multi_tmpl6()` and
+//! `rkf_multi_tmpl12()` (c-shim/rkf_multi_run.c), as functions sleepable programs may be
+//! verified against.
 
 use kernel::{bindings, error::to_result, prelude::*};
 
 use crate::rkf_h;
 
-/// The template in the verifier's fmodret set with `KF_SLEEPABLE`
+/// The templates in the verifier's fmodret set with `KF_SLEEPABLE`
 /// (`btf_id_allow_sleepable()` in kernel/bpf/verifier.c), which lets `fentry.s` and
-/// `fexit.s` programs load against it; which functions they may then trace is checked
+/// `fexit.s` programs load against them; which functions they may then trace is checked
 /// at attach time (rkf_core::multi::may_sleep()).
 ///
 /// There is nothing to unregister: the kernel drops a module's sets together with the
@@ -27,14 +28,14 @@ impl SleepableTemplate {
         let set = unsafe { &rkf_h::rkf_multi_fmodret_set };
         if !crate::kfunc::ids_resolved(set) {
             pr_err!(
-                "the template's BTF id is unresolved: resolve_btfids did not run on the module\n"
+                "the templates' BTF ids are unresolved: resolve_btfids did not run on the module\n"
             );
             return Err(EINVAL);
         }
         // SAFETY: `set` is a valid, 'static set owned by this module, and this runs from
         // module init, as register_btf_fmodret_id_set() requires.
         to_result(unsafe { bindings::register_btf_fmodret_id_set(set) })
-            .inspect_err(|e| pr_err!("cannot register the sleepable template: {:?}\n", e))?;
+            .inspect_err(|e| pr_err!("cannot register the sleepable templates: {:?}\n", e))?;
         Ok(Self { _private: () })
     }
 }

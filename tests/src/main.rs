@@ -31,6 +31,9 @@ mod skel {
     pub mod multi_testmod {
         include!(concat!(env!("OUT_DIR"), "/multi_testmod.skel.rs"));
     }
+    pub mod multi_wide {
+        include!(concat!(env!("OUT_DIR"), "/multi_wide.skel.rs"));
+    }
     pub mod percpu {
         include!(concat!(env!("OUT_DIR"), "/percpu.skel.rs"));
     }

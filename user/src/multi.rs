@@ -5,8 +5,9 @@
 //! A program for rkf_multi is a TRACING fentry or fexit program loaded against the
 //! module's `rkf_multi_tmpl6()` (`RKF_MULTI_FENTRY`/`RKF_MULTI_FEXIT` in rkf.bpf.h), or
 //! against `rkf_multi_tmpl12()` for functions of up to twelve arguments
-//! (`RKF_MULTI_FENTRY12`/`RKF_MULTI_FEXIT12`), with auto-attach off.  [`resolve()`] turns names and globs into functions, skipping (with a
-//! reason) those the trampoline cannot trace honestly; [`Link::attach()`] attaches the
+//! (`RKF_MULTI_FENTRY12`/`RKF_MULTI_FEXIT12`), with auto-attach off.  [`resolve()`] (or
+//! [`resolve_wide()`]) turns names and globs into functions, skipping (with a reason) those
+//! the trampoline cannot trace honestly; [`Link::attach()`] attaches the
 //! program to them through `/dev/rkf_multi`; dropping the [`Link`] detaches it.
 
 use std::{

@@ -61,9 +61,11 @@
 //! do the same).  It fills at least the function's arguments, and as many more slots as
 //! the programs read through ctx (the verifier's `max_ctx_offset`): programs are verified
 //! against six or twelve u64, and read the registers as they came, as through the shared
-//! trampoline, and 0 past the function's arguments beyond the registers, never stale
-//! stack.  The calls in flight are counted per image, as a BPF trampoline counts
-//! them on its image (`__bpf_tramp_enter()`), so that an image is freed only once no
+//! trampoline, and 0 past the function's arguments beyond the registers (on exit, the
+//! return value slots), never stale stack.  Unlike the JIT, it does not pad the stack
+//! arguments it pushes to a 16-byte boundary: the kernel is built for 8
+//! (`-mpreferred-stack-boundary=3`).  The calls in flight are counted per image, as a BPF
+//! trampoline counts them on its image (`__bpf_tramp_enter()`), so that an image is freed only once no
 //! call can come back into it; a call that comes back after the image was declared dead
 //! (rkf_multi unloading meanwhile) goes straight back to the function's caller.
 

@@ -2,10 +2,11 @@
 
 //! Functions of more than six arguments, after upstream's module subtests of
 //! tracing_multi (tools/testing/selftests/bpf/prog_tests/tracing_multi.c, on
-//! bpf_testmod's 7- and 11-argument functions): rkf_testmod's
-//! `rkf_testmod_multi_test7()` and `_test11()`, traced by programs loaded against
-//! `rkf_multi_tmpl12()` (tests/progs/multi_testmod.bpf.c) through a generated trampoline
-//! (fentry and fexit) and through the shared one (a session beside an fexit).
+//! bpf_testmod's 7- and 11-argument functions): rkf_testmod's `rkf_testmod_multi_test7()`,
+//! `_test11()` and `_test12()`, beside its functions of 1 to 6 arguments, traced by
+//! programs loaded against `rkf_multi_tmpl12()` (tests/progs/multi_wide.bpf.c) through a
+//! generated trampoline (fentry and fexit) and through the shared one (a session beside
+//! an fexit).
 
 use std::mem::MaybeUninit;
 
@@ -17,21 +18,22 @@ use rkf::{
 };
 use rkf_core::multi::Reason;
 
-use super::{attach, load};
+use super::{attach, load, run_testmod_targets, Masked, TESTMOD_CALLS};
 use crate::{
     check, check_eq,
-    skel::multi_testmod::{types::wide_rec, MultiTestmodSkel, MultiTestmodSkelBuilder},
+    skel::{
+        multi_testmod::{MultiTestmodSkel, MultiTestmodSkelBuilder},
+        multi_wide::{types::wide_rec, MultiWideSkel, MultiWideSkelBuilder},
+    },
 };
 
-/// A value compared at its C type: (mask, value).  A narrow argument leaves the upper
-/// bits of its register or stack slot undefined; u64, s64 and pointers are compared whole.
-type Typed = (u64, u64);
 const ALL: u64 = u64::MAX;
 
 /// The arguments bpf_rkf_testmod_multi_run_wide() passes (c-shim/rkf_testmod_shim.c;
-/// test7 takes the first seven), at their types: u64, s8, u16, s32, void *, s16, s64, u8,
-/// s32, u64, s64.
-const ARGS11: [Typed; 11] = [
+/// test7 takes the first seven, test11 eleven), at their C types: u64, s8, u16, s32,
+/// void *, s16, s64, u8, s32, u64, s64, u64.  A narrow argument leaves the upper bits of
+/// its register or stack slot undefined; the others are compared whole.
+const ARGS12: [Masked; 12] = [
     (ALL, 0xfedc_ba98_7654_3210),
     (0xff, -7i8 as u8 as u64),
     (0xffff, 0xfff0),
@@ -43,9 +45,11 @@ const ARGS11: [Typed; 11] = [
     (0xffff_ffff, -2i32 as u32 as u64),
     (ALL, 0x8000_0000_0000_0001),
     (ALL, -0x7fff_ffff_ffff_ffffi64 as u64),
+    (ALL, 0x0123_4567_89ab_cdef),
 ];
 
-/// What each returns: the sum of its arguments as signed values of their types.
+/// What the first `nr` of them sum to as signed values of their types: what test7,
+/// test11 and test12 return.
 fn sum(nr: usize) -> u64 {
     let signed = [
         0xfedc_ba98_7654_3210,
@@ -59,14 +63,15 @@ fn sum(nr: usize) -> u64 {
         -2i64 as u64,
         0x8000_0000_0000_0001,
         -0x7fff_ffff_ffff_ffffi64 as u64,
+        0x0123_4567_89ab_cdef,
     ];
     signed[..nr].iter().fold(0u64, |s, &v| s.wrapping_add(v))
 }
 
-/// `EINVAL` as bpf_get_func_arg() returns it past the last argument.
+/// `-EINVAL`, as bpf_get_func_arg() returns it past the last argument.
 const EINVAL: i64 = -(libc::EINVAL as i64);
 
-/// The record kinds of multi_testmod.bpf.c: fentry, fexit, the session's entry and exit.
+/// The record kinds of multi_wide.bpf.c: fentry, fexit, the session's entry and exit.
 const FENTRY: usize = 0;
 const FEXIT: usize = 1;
 const SESSION_ENTRY: usize = 2;
@@ -75,35 +80,45 @@ const SESSION_EXIT: usize = 3;
 /// What wide_session writes into its cookie on entry, for function `i`.
 const SESSION_COOKIE: u64 = 0x5e55_0000_0000_0000;
 
-/// rkf_testmod_multi_test7 and _test11, resolved for a program of twelve arguments.
-fn wide_targets() -> Result<Vec<Func>> {
-    rkf::modules::require("rkf_testmod")?;
-    let all = multi::resolve_wide(&["rkf_testmod:rkf_testmod_multi_test*"])?.funcs;
-    let mut funcs = Vec::new();
-    for (name, nr) in [
-        ("rkf_testmod_multi_test7", 7),
-        ("rkf_testmod_multi_test11", 11),
-    ] {
-        let f = all
-            .iter()
-            .find(|f| f.name == name)
-            .with_context(|| format!("resolve_wide() left out {name}: {all:?}"))?;
-        check_eq!(f.nr_args, nr, "{name}: arguments in BTF");
-        funcs.push(f.clone());
-    }
-    Ok(funcs)
+/// A target with what it must see: its arguments at their types and its return value.
+struct Target {
+    func: Func,
+    args: Vec<Masked>,
+    ret: Masked,
 }
 
-/// Calls both once through bpf_rkf_testmod_multi_run_wide(); fails if one returned a
-/// wrong value (a stack argument or the return value corrupted on the way).
-fn run_wide(tm: &mut MultiTestmodSkel<'_>) -> Result<()> {
-    let bss = tm.maps.bss_data.as_deref_mut().context("no .bss")?;
+/// rkf_testmod's targets of 1, 2, 3, 6, 7, 11 and 12 arguments, resolved for a program of
+/// twelve arguments; the attach cookie of each is its index here.
+fn targets() -> Result<Vec<Target>> {
+    rkf::modules::require("rkf_testmod")?;
+    let all = multi::resolve_wide(&["rkf_testmod:rkf_testmod_multi_test*"])?.funcs;
+    let narrow = TESTMOD_CALLS.map(|(nr, args, ret)| (nr as usize, args.to_vec(), ret));
+    let wide = [7, 11, 12].map(|nr| (nr, ARGS12[..nr].to_vec(), (ALL, sum(nr))));
+    let mut out = Vec::new();
+    for (nr, args, ret) in narrow.into_iter().chain(wide) {
+        let name = format!("rkf_testmod_multi_test{nr}");
+        let func = all
+            .iter()
+            .find(|f| f.name == name)
+            .with_context(|| format!("resolve_wide() left out {name}: {all:?}"))?
+            .clone();
+        check_eq!(func.nr_args, nr as u32, "{name}: arguments in BTF");
+        out.push(Target { func, args, ret });
+    }
+    check_eq!(out.len(), all.len(), "rkf_testmod's targets: {all:?}");
+    Ok(out)
+}
+
+/// Calls every target once: rkf_testmod's kfuncs check what each returned.
+fn run(tm: &MultiTestmodSkel<'_>, wide: &mut MultiWideSkel<'_>) -> Result<()> {
+    let bss = wide.maps.bss_data.as_deref_mut().context("no .bss")?;
     for kind in bss.wide_recs.iter_mut() {
         for r in kind.iter_mut() {
             *r = wide_rec::default();
         }
     }
     bss.bad_cookie = 0;
+    run_testmod_targets(tm)?;
     tm.progs
         .run_wide_targets
         .test_run(ProgramInput::default())
@@ -119,16 +134,20 @@ fn run_wide(tm: &mut MultiTestmodSkel<'_>) -> Result<()> {
         0,
         "bpf_rkf_testmod_multi_run_wide(): functions that returned a wrong value (bit mask)"
     );
+    let bss = wide.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(bss.bad_cookie, 0, "runs with an unknown cookie");
     Ok(())
 }
 
-/// One run of a program on function `f` (index `i`): one hit at its address, its
-/// argument count, every argument at its type through ctx and exactly as
-/// bpf_get_func_arg() gives it, bpf_get_func_arg() past the last one failing, the slots
-/// past the arguments 0, and on exit (`ret`: the return value it must see) the return
-/// value through the slot after the arguments and bpf_get_func_ret().
-fn check_rec(what: &str, f: &Func, r: &wide_rec, ret: Option<u64>) -> Result<()> {
-    let nr = f.nr_args as usize;
+/// One run of a program on target `t`: one hit at its address; its argument count;
+/// every argument at its type through ctx, and bpf_get_func_arg() giving exactly ctx's
+/// value below the count and `-EINVAL` from it on; ctx[6..11] past the arguments 0; and
+/// on exit (`ret`: the return value it must see, 0 on a session's entry) the return
+/// value in the slot after the arguments (below twelve), in ctx[6] below six (for
+/// rkf_multi_tmpl6's programs), and through bpf_get_func_ret().  Argument registers past
+/// the function's own hold whatever they held, unchecked.
+fn check_rec(what: &str, t: &Target, r: &wide_rec, ret: Option<Masked>) -> Result<()> {
+    let (f, nr) = (&t.func, t.args.len());
     check_eq!(r.hits, 1, "{what} {}: runs", f.name);
     check_eq!(r.ip, f.addr, "{what} {}: bpf_get_func_ip()", f.name);
     check_eq!(
@@ -137,99 +156,121 @@ fn check_rec(what: &str, f: &Func, r: &wide_rec, ret: Option<u64>) -> Result<()>
         "{what} {}: bpf_get_func_arg_cnt()",
         f.name
     );
-    check_eq!(r.arg_err, 0, "{what} {}: bpf_get_func_arg() errors", f.name);
-    check_eq!(
-        r.past_last,
-        EINVAL,
-        "{what} {}: bpf_get_func_arg({nr})",
-        f.name
-    );
-    for (j, &(mask, v)) in ARGS11[..nr].iter().enumerate() {
+    for (j, &(mask, v)) in t.args.iter().enumerate() {
         check_eq!(
             r.args[j] & mask,
             v,
             "{what} {}: ctx[{j}] at its type",
             f.name
         );
-        check_eq!(
-            r.helper_args[j],
-            r.args[j],
-            "{what} {}: bpf_get_func_arg({j}) against ctx",
-            f.name
-        );
+    }
+    for j in 0..12 {
+        let (err, value) = (r.helper_err[j], r.helper_args[j]);
+        if j < nr {
+            check_eq!(err, 0, "{what} {}: bpf_get_func_arg({j})", f.name);
+            check_eq!(value, r.args[j], "{what} {}: bpf_get_func_arg({j})", f.name);
+        } else {
+            check_eq!(err, EINVAL, "{what} {}: bpf_get_func_arg({j})", f.name);
+        }
     }
     for j in nr..12 {
-        // On exit bpf_get_func_ret() reads ctx[nr_args].
-        let want = match ret {
-            Some(v) if j == nr => v,
-            _ => 0,
-        };
+        let holds_ret = ret.is_some() && (j == nr || (j == 6 && nr < 6));
+        match ret {
+            Some((mask, v)) if holds_ret => {
+                check_eq!(
+                    r.args[j] & mask,
+                    v,
+                    "{what} {}: ctx[{j}], the return value",
+                    f.name
+                );
+            }
+            _ if j >= 6 => check_eq!(r.args[j], 0, "{what} {}: ctx[{j}]", f.name),
+            // An argument register the function does not take.
+            _ => {}
+        }
+    }
+    if let Some((mask, v)) = ret {
         check_eq!(
-            r.args[j],
-            want,
-            "{what} {}: ctx[{j}], past the arguments",
+            r.helper_ret & mask,
+            v,
+            "{what} {}: bpf_get_func_ret()",
             f.name
         );
-    }
-    if let Some(v) = ret {
-        check_eq!(r.ret_err, 0, "{what} {}: bpf_get_func_ret() error", f.name);
-        check_eq!(r.helper_ret, v, "{what} {}: bpf_get_func_ret()", f.name);
+        if nr < 12 {
+            check_eq!(
+                r.helper_ret,
+                r.args[nr],
+                "{what} {}: bpf_get_func_ret() against ctx[{nr}]",
+                f.name
+            );
+        }
     }
     Ok(())
 }
 
 pub(super) fn wide_module_targets() -> Result<()> {
-    let funcs = wide_targets()?;
-    // A program of six arguments: resolve() leaves them out, and the kernel refuses it.
+    let targets = targets()?;
+    let funcs: Vec<Func> = targets.iter().map(|t| t.func.clone()).collect();
+    let is_wide = |f: &Func| f.nr_args > 6;
+    let wide: Vec<Func> = funcs.iter().filter(|f| is_wide(f)).cloned().collect();
+    // A program of six arguments: resolve() leaves the wide ones out, and the kernel
+    // refuses them, naming each.
     let narrow = multi::resolve(&["rkf_testmod:rkf_testmod_multi_test*"])?;
-    let skipped = narrow
+    let mut skipped = narrow
         .skipped
         .get(&Skip::Rule(Reason::TooManyArgs))
         .cloned()
         .unwrap_or_default();
+    skipped.sort();
+    let mut want: Vec<String> = wide.iter().map(Func::qualified_name).collect();
+    want.sort();
     check_eq!(
         skipped,
-        [
-            "rkf_testmod_multi_test11 [rkf_testmod]",
-            "rkf_testmod_multi_test7 [rkf_testmod]"
-        ],
+        want,
         "resolve() for rkf_multi_tmpl6: left out for their arguments"
     );
     let mut obj = MaybeUninit::uninit();
     let skel = load(&mut obj, &funcs)?;
-    for (i, f) in funcs.iter().enumerate() {
-        let e = match multi::Link::attach(&skel.progs.multi_fexit, &funcs[i..=i], None) {
-            Ok(_) => anyhow::bail!("an fexit program of rkf_multi_tmpl6 attached to {}", f.name),
-            Err(e) => e,
-        };
-        check_eq!(
-            e.errno,
-            libc::EINVAL,
-            "rkf_multi_tmpl6 on {}: errno",
-            f.name
-        );
-        check_eq!(
-            e.refused,
-            Some((0, Reason::TooManyArgs)),
-            "rkf_multi_tmpl6 on {}: what is refused",
-            f.name
-        );
+    for f in &wide {
+        for (kind, prog) in [
+            ("fentry", &skel.progs.multi_fentry),
+            ("fexit", &skel.progs.multi_fexit),
+        ] {
+            let e = match multi::Link::attach(prog, std::slice::from_ref(f), None) {
+                Ok(_) => anyhow::bail!("an {kind} of rkf_multi_tmpl6 attached to {}", f.name),
+                Err(e) => e,
+            };
+            check_eq!(
+                e.errno,
+                libc::EINVAL,
+                "{kind} of rkf_multi_tmpl6 on {}",
+                f.name
+            );
+            check_eq!(
+                e.refused,
+                Some((0, Reason::TooManyArgs)),
+                "{kind} of rkf_multi_tmpl6 on {}: what is refused",
+                f.name
+            );
+        }
     }
     drop(skel);
 
     let mut tobj = MaybeUninit::uninit();
-    let mut tm = skeleton::load::<MultiTestmodSkelBuilder>(
+    let tm = skeleton::load::<MultiTestmodSkelBuilder>(
         &mut tobj,
         "multi_testmod.bpf.c",
         skeleton::as_built,
     )?;
-    let cookies = [0u64, 1];
-    let rets = [sum(7), sum(11)];
+    let mut wobj = MaybeUninit::uninit();
+    let mut wskel =
+        skeleton::load::<MultiWideSkelBuilder>(&mut wobj, "multi_wide.bpf.c", skeleton::as_built)?;
+    let cookies: Vec<u64> = (0..funcs.len() as u64).collect();
 
     // fentry and fexit: each function through a trampoline generated for it.
     {
-        let _fentry = attach(&tm.progs.wide_fentry, &funcs, Some(&cookies))?;
-        let _fexit = attach(&tm.progs.wide_fexit, &funcs, Some(&cookies))?;
+        let _fentry = attach(&wskel.progs.wide_fentry, &funcs, Some(&cookies))?;
+        let _fexit = attach(&wskel.progs.wide_fexit, &funcs, Some(&cookies))?;
         let trampolines = multi::direct_callers()?;
         for f in &funcs {
             let tramp = trampolines.get(&f.qualified_name()).map(String::as_str);
@@ -239,20 +280,19 @@ pub(super) fn wide_module_targets() -> Result<()> {
                 f.name
             );
         }
-        run_wide(&mut tm)?;
-        let bss = tm.maps.bss_data.as_deref().context("no .bss")?;
-        check_eq!(bss.bad_cookie, 0, "runs with an unknown cookie");
-        for (i, f) in funcs.iter().enumerate() {
-            check_rec("fentry", f, &bss.wide_recs[FENTRY][i], None)?;
-            check_rec("fexit", f, &bss.wide_recs[FEXIT][i], Some(rets[i]))?;
+        run(&tm, &mut wskel)?;
+        let bss = wskel.maps.bss_data.as_deref().context("no .bss")?;
+        for (i, t) in targets.iter().enumerate() {
+            check_rec("fentry", t, &bss.wide_recs[FENTRY][i], None)?;
+            check_rec("fexit", t, &bss.wide_recs[FEXIT][i], Some(t.ret))?;
             check_eq!(bss.wide_recs[SESSION_ENTRY][i].hits, 0, "session runs");
         }
     }
 
     // A session and an fexit: the shared trampoline, which copies the stack arguments
     // into ctx and again for the call of the rest of the function.
-    let _session = attach(&tm.progs.wide_session, &funcs, Some(&cookies))?;
-    let _fexit = attach(&tm.progs.wide_fexit, &funcs, Some(&cookies))?;
+    let _session = attach(&wskel.progs.wide_session, &funcs, Some(&cookies))?;
+    let _fexit = attach(&wskel.progs.wide_fexit, &funcs, Some(&cookies))?;
     let trampolines = multi::direct_callers()?;
     for f in &funcs {
         let tramp = trampolines.get(&f.qualified_name()).map(String::as_str);
@@ -263,35 +303,33 @@ pub(super) fn wide_module_targets() -> Result<()> {
             f.name
         );
     }
-    run_wide(&mut tm)?;
-    let bss = tm.maps.bss_data.as_deref().context("no .bss")?;
-    check_eq!(bss.bad_cookie, 0, "runs with an unknown cookie");
-    for (i, f) in funcs.iter().enumerate() {
-        check_eq!(bss.wide_recs[FENTRY][i].hits, 0, "{}: fentry runs", f.name);
-        check_rec("fexit", f, &bss.wide_recs[FEXIT][i], Some(rets[i]))?;
+    run(&tm, &mut wskel)?;
+    let bss = wskel.maps.bss_data.as_deref().context("no .bss")?;
+    for (i, t) in targets.iter().enumerate() {
+        let name = &t.func.name;
+        check_eq!(bss.wide_recs[FENTRY][i].hits, 0, "{name}: fentry runs");
+        check_rec("fexit", t, &bss.wide_recs[FEXIT][i], Some(t.ret))?;
         check_rec(
             "session entry",
-            f,
+            t,
             &bss.wide_recs[SESSION_ENTRY][i],
-            Some(0),
+            Some((ALL, 0)),
         )?;
         check_rec(
             "session exit",
-            f,
+            t,
             &bss.wide_recs[SESSION_EXIT][i],
-            Some(rets[i]),
+            Some(t.ret),
         )?;
         check_eq!(
             bss.wide_recs[SESSION_ENTRY][i].cookie,
             0,
-            "{}: the session cookie on entry",
-            f.name
+            "{name}: the session cookie on entry"
         );
         check_eq!(
             bss.wide_recs[SESSION_EXIT][i].cookie,
             SESSION_COOKIE | i as u64,
-            "{}: the session cookie on exit",
-            f.name
+            "{name}: the session cookie on exit"
         );
     }
     Ok(())

@@ -31,7 +31,8 @@ pub const IOC_INFO: u32 = iowr(IOC_TYPE, IOC_NR_INFO, size_of::<LinkInfo>());
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AttachRequest {
     /// A TRACING program loaded as fentry, fexit or fsession (or their sleepable forms)
-    /// against `rkf_multi_tmpl6()`.
+    /// against `rkf_multi_tmpl6()` (functions of up to six arguments) or
+    /// `rkf_multi_tmpl12()` (up to twelve).
     pub prog_fd: u32,
     /// How many functions.
     pub cnt: u32,
