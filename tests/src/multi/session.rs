@@ -9,7 +9,7 @@
 use std::{mem::MaybeUninit, time::Duration};
 
 use anyhow::{Context, Result};
-use rkf::{multi, skeleton};
+use rkf::multi;
 use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
@@ -88,8 +88,6 @@ fn check_runs(f: &multi::Func, r: &srec, cookie: u64) -> Result<()> {
 /// and once on exit with its own cookie, sees the arguments on both runs and the return
 /// value on exit, each at its type; the other links count one call each.
 pub(super) fn session_vmlinux_and_module() -> Result<()> {
-    use crate::skel::multi_testmod::MultiTestmodSkelBuilder;
-
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x5e55_0000 + i).collect();
@@ -140,11 +138,7 @@ pub(super) fn session_vmlinux_and_module() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let mut skel = super::load(&mut obj, &funcs)?;
     let mut tobj = MaybeUninit::uninit();
-    let tm = skeleton::load::<MultiTestmodSkelBuilder>(
-        &mut tobj,
-        "multi_testmod.bpf.c",
-        skeleton::as_built,
-    )?;
+    let tm = super::load_testmod(&mut tobj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x5e55_1000 + i).collect();
     let _session = attach(&skel.progs.multi_session, &funcs, Some(&cookies))?;
     reset(&mut skel)?;
