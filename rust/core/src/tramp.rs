@@ -65,8 +65,8 @@
 //! return value slots), never stale stack.  Unlike the JIT, it does not pad the stack
 //! arguments it pushes to a 16-byte boundary: the kernel is built for 8
 //! (`-mpreferred-stack-boundary=3`).  The calls in flight are counted per image, as a BPF
-//! trampoline counts them on its image (`__bpf_tramp_enter()`), so that an image is freed only once no
-//! call can come back into it; a call that comes back after the image was declared dead
+//! trampoline counts them on its image (`__bpf_tramp_enter()`), so that an image is freed
+//! only once no call can come back into it; a call that comes back after the image was declared dead
 //! (rkf_multi unloading meanwhile) goes straight back to the function's caller.
 
 /// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
@@ -238,7 +238,8 @@ pub fn len(
 
 /// Where the return value goes besides `ctx[12]` (`RET`): `ctx[nr_args]`, where
 /// `bpf_get_func_ret()` reads it, below twelve arguments, and `ctx[6]`, where
-/// `rkf_multi_tmpl6()`'s programs read it, below six.  The first `.1` of `.0`.
+/// `rkf_multi_tmpl6()`'s programs read it, below six: their displacements from rbp, and
+/// how many of them are in use.
 pub fn ret_slots(nr_args: u32) -> ([i8; 2], usize) {
     match nr_args {
         n if n < REG_ARGS => ([CTX + 8 * n as i8, RET6], 2),
