@@ -274,6 +274,9 @@ struct rkf_multi_prog {
  *             shared trampoline finds it by
  * @addr:      its address (bpf_get_func_ip())
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
+ * @ctx_args:  the argument slots of ctx its trampoline fills: @nr_args, or more if one
+ *             of its programs reads more (rkf_multi_prog_ctx_args()), at most
+ *             RKF_MULTI_MAX_ARGS; the slots past @nr_args are 0 on entry
  * @sleepable: 1 if one of its programs is sleepable: it then takes the shared trampoline,
  *             which runs its sleepable programs under RCU tasks trace instead of RCU
  * @nr_session: session programs (at most RKF_MULTI_MAX_SESSIONS), after the fentry ones
@@ -285,7 +288,8 @@ struct rkf_multi_prog {
 struct rkf_multi_func {
 	unsigned long ret_ip;
 	unsigned long addr;
-	u16 nr_args;
+	u8 nr_args;
+	u8 ctx_args;
 	u8 sleepable;
 	u8 nr_session;
 	u32 nr_fentry;

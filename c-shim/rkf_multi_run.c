@@ -23,6 +23,7 @@
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
 static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARGS);
+static_assert(RKF_MULTI_MAX_ARGS <= U8_MAX);	/* struct rkf_multi_func's @nr_args, @ctx_args */
 #define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[12] */
 #define RKF_MULTI_CTX_RET6	RKF_MULTI_REG_ARGS			/* ctx[6] */
 /* The seventh argument, where the traced function's caller passed it. */
@@ -353,9 +354,15 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
 	const u64 *stack = RKF_MULTI_STACK_ARGS(ctx);
 	u32 i;
 
-	/* ctx[6..11]: the arguments the caller passed on the stack, then 0. */
-	for (i = RKF_MULTI_REG_ARGS; i < RKF_MULTI_MAX_ARGS; i++)
-		ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
+	/*
+	 * The slots past the argument registers that the function's programs read: the
+	 * arguments the caller passed on the stack, then 0, as the generated trampolines
+	 * fill them.  Most functions take six arguments or fewer, to programs that read no
+	 * further, and skip this.
+	 */
+	if (unlikely(f->ctx_args > RKF_MULTI_REG_ARGS))
+		for (i = RKF_MULTI_REG_ARGS; i < f->ctx_args; i++)
+			ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
 	ctx[-1] = f->nr_args;
 	ctx[-2] = f->addr;
 	for (i = 0; i < f->nr_fentry; i++)
@@ -429,9 +436,9 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
 /**
  * rkf_multi_shared_fentry() - the shared trampoline's call on function entry
  * @ctx:    the frame: ctx[0..5] the argument registers, ctx[12] the return value slot
- *          (zeroed); ctx[6..11] the stack arguments and 0 past them, ctx[-1] the
- *          argument count and ctx[-2] the function's address (set here), the session
- *          cookies below (c-shim/rkf.h)
+ *          (zeroed); ctx[6..11] as far as the function's programs read, the stack
+ *          arguments and 0 past them, ctx[-1] the argument count and ctx[-2] the
+ *          function's address (set here), the session cookies below (c-shim/rkf.h)
  * @ret_ip: the return address into the traced function
  *
  * Runs the fentry programs of the function in attach order, then the entry runs of its

@@ -91,7 +91,10 @@ SYM_FUNC_START(rkf_multi_tramp)
 	RET
 
 .Lrkf_multi_fexit_stack:
-	/* More than six arguments: ctx[6..11] (0 past the function's) as its stack. */
+	/*
+	 * More than six arguments: ctx[6..11] as its stack (past its own arguments,
+	 * slots it does not read).
+	 */
 	subq	$8 * (RKF_MULTI_MAX_ARGS - RKF_MULTI_REG_ARGS), %rsp
 	.irp i, 0, 1, 2, 3, 4, 5
 	movq	CTX(RKF_MULTI_REG_ARGS + \i), %r10

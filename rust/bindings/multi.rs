@@ -76,7 +76,8 @@ pub struct rkf_multi_prog {
 pub struct rkf_multi_func {
     pub ret_ip: ffi::c_ulong,
     pub addr: ffi::c_ulong,
-    pub nr_args: u16_,
+    pub nr_args: u8_,
+    pub ctx_args: u8_,
     pub sleepable: u8_,
     pub nr_session: u8_,
     pub nr_fentry: u32_,

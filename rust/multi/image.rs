@@ -127,6 +127,8 @@ impl Drop for ImageDrain {
 pub(crate) struct FuncCode<'a> {
     /// The function's argument count.
     pub(crate) nr_args: u32,
+    /// The argument slots of ctx its programs read, at least `nr_args`.
+    pub(crate) ctx_args: u32,
     /// Its address.
     pub(crate) addr: u64,
     /// Its ftrace site + 5: where its body goes on.
@@ -175,11 +177,7 @@ pub(crate) fn generate(
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots, mut exit) = (0usize, 0usize, false);
     for f in funcs {
-        let mut saved = f.nr_args;
-        for p in f.progs {
-            // SAFETY: the table's programs are held by their links.
-            saved = saved.max(unsafe { rkf_h::rkf_multi_prog_ctx_args(p.prog) });
-        }
+        let saved = f.ctx_args;
         let nr_exit = f.progs.len() - f.nr_fentry;
         exit |= nr_exit > 0;
         size = tramp_core::align(size);

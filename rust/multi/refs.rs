@@ -60,6 +60,13 @@ impl ProgRef {
         self.ptr
     }
 
+    /// How many argument slots of ctx the program reads, as the verifier saw it: at most
+    /// `RKF_MULTI_MAX_ARGS`.
+    pub(crate) fn ctx_args(&self) -> u32 {
+        // SAFETY: `ptr` is a program we hold (type invariant).
+        unsafe { rkf_h::rkf_multi_prog_ctx_args(self.ptr) }
+    }
+
     /// The BTF the program was verified against: rkf_multi's, split on vmlinux's, valid
     /// while `self` is.
     pub(crate) fn btf(&self) -> *const bindings::btf {

@@ -115,15 +115,21 @@ impl Table {
         {
             let (li, ti) = refs[slots[start].idx as usize];
             let t = &links[li as usize].targets[ti as usize];
-            let sleepable = slots[start..end]
+            let of = |s: &Slot| &links[refs[s.idx as usize].0 as usize];
+            let sleepable = slots[start..end].iter().any(|s| of(s).sleepable);
+            // The slots its programs read, as far as the verifier saw (an argument read
+            // through bpf_get_func_arg() is below `nr_args`): at most `MAX_ARGS`.
+            let ctx_args = slots[start..end]
                 .iter()
-                .any(|s| links[refs[s.idx as usize].0 as usize].sleepable);
+                .map(|s| of(s).prog.ctx_args())
+                .fold(t.nr_args, u32::max);
             funcs.push(
                 rkf_h::rkf_multi_func {
                     ret_ip: (site + MCOUNT_INSN_SIZE) as usize,
                     addr: t.addr as usize,
                     // At most `MAX_ARGS`: rules::check_shape().
-                    nr_args: t.nr_args as u16,
+                    nr_args: t.nr_args as u8,
+                    ctx_args: ctx_args as u8,
                     sleepable: sleepable.into(),
                     // At most `MAX_SESSIONS_PER_FUNC`: Registry::check_against_links().
                     nr_session: session as u8,
@@ -277,6 +283,7 @@ fn trampolines(
             code.push(
                 FuncCode {
                     nr_args: f.nr_args.into(),
+                    ctx_args: f.ctx_args.into(),
                     addr: f.addr as u64,
                     ret_ip: f.ret_ip as u64,
                     progs: progs_of(progs, f),
