@@ -126,9 +126,9 @@ impl FtraceOps {
     /// The hash of one update of `op` on `sites` (each with its trampoline in
     /// `tramps`), and for a move the hash that puts the sites back.
     fn batch(op: Update, sites: &[u64], tramps: &[u64]) -> Result<(Hash, Option<Hash>)> {
-        let hash = Hash::new()?;
+        let hash = Hash::new(sites.len())?;
         let back = match op {
-            Update::Move => Some(Hash::new()?),
+            Update::Move => Some(Hash::new(sites.len())?),
             Update::Hook | Update::Unhook => None,
         };
         for (&site, &tramp) in sites.iter().zip(tramps.iter()) {
@@ -222,11 +222,20 @@ impl PinnedDrop for FtraceOps {
 /// `.0` is a hash from `alloc_ftrace_hash()` that this object owns.
 struct Hash(*mut bindings::ftrace_hash);
 
+/// The most buckets of a [`Hash`], as log2: what ftrace gives its own hashes at most
+/// (`FTRACE_HASH_MAX_BITS`, kernel/trace/ftrace.c), 32 KiB of buckets.
+const HASH_MAX_BITS: u32 = 12;
+
 impl Hash {
-    fn new() -> Result<Self> {
-        // SAFETY: alloc_ftrace_hash() only allocates, and FTRACE_HASH_DEFAULT_BITS is a
-        // size it takes.
-        let h = unsafe { bindings::alloc_ftrace_hash(bindings::FTRACE_HASH_DEFAULT_BITS as i32) };
+    /// An empty hash for `n` entries: a bucket for each, between ftrace's default and
+    /// [`HASH_MAX_BITS`] (ftrace looks every site of its filter up in it).
+    fn new(n: usize) -> Result<Self> {
+        let bits = n
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(bindings::FTRACE_HASH_DEFAULT_BITS, HASH_MAX_BITS);
+        // SAFETY: alloc_ftrace_hash() only allocates, and takes any size from 0 to 31 bits.
+        let h = unsafe { bindings::alloc_ftrace_hash(bits as i32) };
         if h.is_null() {
             return Err(ENOMEM);
         }

@@ -305,11 +305,14 @@ proptest! {
 /// The sizes of ftrace updates: exact values at the edges of the rule.
 #[test]
 fn batch_sizes() {
-    // Fast: twice the size, never past the most.
-    assert_eq!(next_batch(256, 0), 512);
+    // Very fast: eight times the size; fast: twice; never past the most.
+    assert_eq!(next_batch(256, 0), 2048);
+    assert_eq!(next_batch(256, BATCH_LEAP_NS - 1), 2048);
+    assert_eq!(next_batch(256, BATCH_LEAP_NS), 512);
     assert_eq!(next_batch(256, BATCH_GROW_NS - 1), 512);
     assert_eq!(next_batch(BATCH_MAX, 1), BATCH_MAX);
-    assert_eq!(next_batch(3000, 1), BATCH_MAX);
+    assert_eq!(next_batch(BATCH_MAX / 8 + 1, 1), BATCH_MAX);
+    assert_eq!(next_batch(BATCH_MAX / 2 + 1, BATCH_LEAP_NS), BATCH_MAX);
     // In between: the same size.
     assert_eq!(next_batch(256, BATCH_GROW_NS), 256);
     assert_eq!(next_batch(256, BATCH_SHRINK_NS), 256);
@@ -319,10 +322,16 @@ fn batch_sizes() {
     assert_eq!(next_batch(4096, 10 * BATCH_GROW_NS), 409);
     assert_eq!(next_batch(1024, 100 * BATCH_GROW_NS), BATCH_MIN);
     assert_eq!(next_batch(BATCH_MIN, u64::MAX), BATCH_MIN);
-    // From the first size (256), fast updates reach the most (4,096) in four steps.
+    // From the first size (256), updates of 100 ms reach the most (65,536) in three
+    // steps, of 200 ms in eight.
     let mut n = BATCH_FIRST;
-    for want in [512, 1024, 2048, 4096, 4096] {
+    for want in [2048, 16384, 65536, 65536] {
         n = next_batch(n, BATCH_GROW_NS / 10);
+        assert_eq!(n, want);
+    }
+    let mut n = BATCH_FIRST;
+    for want in [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 65536] {
+        n = next_batch(n, BATCH_GROW_NS / 5);
         assert_eq!(n, want);
     }
 }
@@ -342,12 +351,11 @@ fn settle(fixed_ns: u64, per_site_ns: u64, updates: usize) -> Vec<(usize, u64)> 
 #[test]
 fn batch_sizes_with_a_fixed_cost() {
     // Half a second of fixed cost (hooks with every function traced, under TCG): the
-    // size grows to the most and stays there, instead of shrinking with every update.
+    // size doubles until an update takes over BATCH_GROW_NS, and stays there, instead of
+    // shrinking with every update.
     let seen = settle(500_000_000, 100_000, 10);
-    assert_eq!(
-        seen.last(),
-        Some(&(BATCH_MAX, 500_000_000 + 100_000 * 4096))
-    );
+    assert_eq!(seen[4], (4096, 500_000_000 + 100_000 * 4096));
+    assert_eq!(seen.last(), Some(&(8192, 500_000_000 + 100_000 * 8192)));
     // Moves at 10 ms a site (return thunks, every function traced, a workload): no
     // update after the first takes over BATCH_SHRINK_NS, and the size settles.
     let seen = settle(500_000_000, 10_000_000, 20);
@@ -361,7 +369,8 @@ fn batch_sizes_with_a_fixed_cost() {
 }
 
 proptest! {
-    /// Every size is legal; a fast update grows the next (at most twice), one in between
+    /// Every size is legal; a fast update grows the next (at most eightfold below
+    /// BATCH_LEAP_NS, twice above), one in between
     /// keeps it, a slow one shrinks it, and with a fixed cost under BATCH_SHRINK_NS plus a cost per site
     /// of up to 100 ms, no update after the first takes over twice BATCH_SHRINK_NS.
     #[test]
@@ -369,7 +378,10 @@ proptest! {
                                    fixed in 0u64..BATCH_SHRINK_NS, per_site in 0u64..100_000_000) {
         let next = next_batch(size, took);
         prop_assert!((BATCH_MIN..=BATCH_MAX).contains(&next));
-        prop_assert!(next <= (2 * size).max(BATCH_MIN));
+        prop_assert!(next <= (BATCH_LEAP * size).max(BATCH_MIN));
+        if took >= BATCH_LEAP_NS {
+            prop_assert!(next <= (2 * size).max(BATCH_MIN));
+        }
         if took < BATCH_GROW_NS {
             prop_assert!(next > size || next == BATCH_MAX, "{} after {}", next, size);
         } else if took <= BATCH_SHRINK_NS {
