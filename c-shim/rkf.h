@@ -339,6 +339,7 @@ void rkf_multi_tramp(void);
 u64 rkf_multi_tmpl6(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5);
 u64 rkf_multi_tmpl12(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5,
 		     u64 a6, u64 a7, u64 a8, u64 a9, u64 a10, u64 a11);
+void rkf_multi_anchor(void);
 u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);

@@ -86,6 +86,20 @@ noinline notrace u64 rkf_multi_tmpl12(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u6
 	return 0;
 }
 
+/**
+ * rkf_multi_anchor() - the site that keeps rkf_multi's ftrace_ops registered
+ *
+ * Hooked to the shared trampoline before the first site of the first link, and unhooked
+ * when the module unloads (rust/multi/ftrace.rs), so that unhooking a link's last site
+ * does not unregister the ops: ftrace_shutdown() waits for an RCU tasks rude and an RCU
+ * tasks grace period for an ops outside the core kernel's data, in every detach of the
+ * last link.  Traceable, for its ftrace site; never called.
+ */
+noinline void rkf_multi_anchor(void)
+{
+	barrier();
+}
+
 /*
  * The verifier lets a tracing program be sleepable only on a function that may sleep
  * (btf_id_allow_sleepable() in kernel/bpf/verifier.c): one on the error injection list,
@@ -557,10 +571,11 @@ const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *ta
 /**
  * rkf_multi_wait_frames() - wait until no shared-trampoline frame is in flight
  *
- * For the module's unloading.  With no function hooked any more, no new call enters the
- * trampoline after synchronize_rcu_tasks() (which also covers tasks preempted inside
- * it); tasks still inside a traced function or a sleepable program return through it,
- * and are waited for, and then for the last instructions of their way out.
+ * For the module's unloading.  With no function hooked any more (but rkf_multi_anchor(),
+ * which nothing calls), no new call enters the trampoline after synchronize_rcu_tasks()
+ * (which also covers tasks preempted inside it); tasks still inside a traced function or
+ * a sleepable program return through it, and are waited for, and then for the last
+ * instructions of their way out.
  */
 void rkf_multi_wait_frames(void)
 {

@@ -111,7 +111,8 @@ const _: () = {
 /// text; then the deferred frees, drained, with the last tables, links and generated
 /// trampolines; then the retired images with fexit trampolines, freed once no call is
 /// in them, or declared dead and left behind (a task may never come back: it exited
-/// inside the function); then the ftrace_ops, which ftrace gave up with the last site; last the
+/// inside the function); then the ftrace_ops, which unhooks its last site, the anchor's
+/// (a function nothing calls), and with it leaves ftrace; last the
 /// sleepable template's registration, which has nothing to undo.
 #[pin_data]
 pub(crate) struct RkfMulti {

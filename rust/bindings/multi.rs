@@ -123,6 +123,9 @@ unsafe extern "C" {
     ) -> u64_;
 }
 unsafe extern "C" {
+    pub fn rkf_multi_anchor();
+}
+unsafe extern "C" {
     pub fn rkf_multi_shared_fentry(ctx: *mut u64_, ret_ip: ffi::c_ulong) -> u64_;
 }
 unsafe extern "C" {

@@ -15,7 +15,8 @@ use kernel::{
     bindings,
     error::to_result,
     prelude::*,
-    time::{Instant, Monotonic},
+    sync::atomic::{Atomic, Relaxed},
+    time::{delay::fsleep, Delta, Instant, Monotonic},
     types::Opaque,
 };
 
@@ -41,17 +42,24 @@ pub(crate) fn site_is_taken(site: u64) -> bool {
 }
 
 /// rkf_multi's direct `ftrace_ops`: `update_ftrace_direct_add()` registers it with its
-/// first site, `update_ftrace_direct_del()` unregisters it with its last.
+/// first site, the anchor's (c-shim's `rkf_multi_anchor()`, hooked before the first
+/// link's sites), and `update_ftrace_direct_del()` unregisters it with its last, the
+/// anchor's, when the module unloads.  Without the anchor, the detach of the last link
+/// unregistered it, and ftrace_shutdown() waited for an RCU tasks rude and an RCU tasks
+/// grace period there (for an ops outside the core kernel's data).
 ///
 /// # Invariants
 ///
 /// `ops` is zeroed or in ftrace's hands; while its filter has sites, ftrace calls the
 /// trampolines they were given, so the ops outlives every link (the module state drops
-/// it last).
+/// it last).  `anchored` says whether the anchor's site is in its filter.
 #[pin_data(PinnedDrop)]
 pub(crate) struct FtraceOps {
     #[pin]
     ops: Opaque<bindings::ftrace_ops>,
+    /// The size of the first update of the next run (`rkf_core::multi::first_batch()`).
+    first: Atomic<usize>,
+    anchored: Atomic<bool>,
 }
 
 // SAFETY: ftrace serialises every use of the ops (its `direct_mutex`); the registry's
@@ -66,12 +74,35 @@ impl FtraceOps {
         // INVARIANT: zeroed.
         pin_init!(Self {
             ops <- Opaque::zeroed(),
+            first: Atomic::new(multi_batch::BATCH_FIRST),
+            anchored: Atomic::new(false),
         })
+    }
+
+    /// The anchor's site, with the shared trampoline: nothing calls the anchor, and if
+    /// anything did, the trampoline would find no function of that site to run.
+    fn anchor_hash() -> Result<Hash> {
+        let addr = rkf_h::rkf_multi_anchor as *const () as usize as u64;
+        let site = site_of(addr).ok_or(ENOENT)?;
+        let hash = Hash::new(1)?;
+        hash.add(site, shared::address_of(0))?;
+        Ok(hash)
+    }
+
+    /// Hooks the anchor, if it is not yet: the ops then stays registered until the module
+    /// unloads.  Without it (no memory), the ops is unregistered with the last link's
+    /// sites and registered again with the next link's, as if there were no anchor.
+    fn anchor(&self) {
+        if !self.anchored.load(Relaxed) {
+            let hooked = Self::anchor_hash().and_then(|h| self.update(Update::Hook, &h));
+            self.anchored.store(hooked.is_ok(), Relaxed);
+        }
     }
 
     /// Applies `op` to `sites`, each with its trampoline in `tramps`, in ftrace updates
     /// each sized by `rkf_core::multi::next_batch()` from the time the one before took
-    /// (so that none keeps this task from a quiescent state for long), with an RCU tasks
+    /// (so that none keeps this task from a quiescent state for long), the first by
+    /// `rkf_core::multi::first_batch()` from the last one of the run before, with an RCU tasks
     /// quiescent state before each.  All or nothing: when an update (or the
     /// memory for the next one) fails, the updates before it are undone, and only if
     /// undoing fails too does a site stay changed ([`Failed::partial`]).  A site that
@@ -83,13 +114,16 @@ impl FtraceOps {
     /// Fails with `EINVAL` when a site to hook has another direct trampoline (or, to
     /// unhook, is not rkf_multi's with that trampoline), or `ENOMEM`.
     fn apply(&self, op: Update, (sites, tramps): &(KVVec<u64>, KVVec<u64>)) -> Result<(), Failed> {
+        if op == Update::Hook && !sites.is_empty() {
+            self.anchor();
+        }
         // The updates applied, each with the hash that undoes it for a move.  Each but
         // the last has at least `BATCH_MIN` sites.
         let mut done = KVVec::<(Hash, Option<Hash>)>::with_capacity(
             sites.len().div_ceil(multi_batch::BATCH_MIN),
             GFP_KERNEL,
         )?;
-        let (mut at, mut size) = (0, multi_batch::BATCH_FIRST);
+        let (mut at, mut size) = (0, self.first.load(Relaxed));
         while at < sites.len() {
             let end = sites.len().min(at + size);
             let batch = match (sites.get(at..end), tramps.get(at..end)) {
@@ -110,6 +144,8 @@ impl FtraceOps {
                 }
                 let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(0);
                 size = multi_batch::next_batch(end - at, took);
+                self.first
+                    .store(multi_batch::first_batch(end - at, took), Relaxed);
                 Ok(())
             });
             if let Err(err) = result {
@@ -208,8 +244,24 @@ impl From<kernel::alloc::AllocError> for Failed {
 #[pinned_drop]
 impl PinnedDrop for FtraceOps {
     fn drop(self: Pin<&mut Self>) {
-        // No site is left: the last unhook unregistered the ops.  Free what ftrace kept
-        // of its filters (it warns if the ops were still registered).
+        // No link is left; the anchor's is the last site, and unhooking it unregisters
+        // the ops.  The module's text goes after this, with the ops: only a lack of
+        // memory is waited out (ftrace's other errors mean its state is not what
+        // rkf_multi left, and are reported).
+        if self.anchored.load(Relaxed) {
+            loop {
+                match Self::anchor_hash().and_then(|h| self.update(Update::Unhook, &h)) {
+                    Err(e) if e == ENOMEM => fsleep(Delta::from_millis(10)),
+                    Err(e) => {
+                        pr_err!("unhooking rkf_multi_anchor at unload failed: {:?}\n", e);
+                        break;
+                    }
+                    Ok(()) => break,
+                }
+            }
+        }
+        // Free what ftrace kept of its filters (it warns if the ops were still
+        // registered).
         // SAFETY: the ops is ours (type invariant), and no link uses it any more.
         unsafe { bindings::ftrace_free_filter(self.ops.get()) };
     }

@@ -336,6 +336,23 @@ fn batch_sizes() {
     }
 }
 
+/// The first update of a run, from the last one of the run before: exact values at the
+/// edges of the rule.
+#[test]
+fn first_batch_sizes() {
+    // 10,000 sites in 80 ms: 15,625 in BATCH_LEAP_NS (125 ms).
+    assert_eq!(first_batch(10_000, 80_000_000), 15_625);
+    // Exactly at BATCH_LEAP_NS: the same size.
+    assert_eq!(first_batch(4096, BATCH_LEAP_NS), 4096);
+    // Slow, or small and fixed-cost-bound: never under BATCH_FIRST.
+    assert_eq!(first_batch(4096, 4 * BATCH_GROW_NS), BATCH_FIRST);
+    assert_eq!(first_batch(3, 10_000_000), BATCH_FIRST);
+    assert_eq!(first_batch(BATCH_MAX, u64::MAX), BATCH_FIRST);
+    // Fast: never over BATCH_MAX, and a time of 0 divides by 1.
+    assert_eq!(first_batch(BATCH_MAX, 1), BATCH_MAX);
+    assert_eq!(first_batch(1, 0), BATCH_MAX);
+}
+
 /// Updates whose time is a fixed cost plus a cost per site, as ftrace's are.
 fn settle(fixed_ns: u64, per_site_ns: u64, updates: usize) -> Vec<(usize, u64)> {
     let mut n = BATCH_FIRST;
@@ -389,6 +406,13 @@ proptest! {
         } else {
             prop_assert!(next < size || next == BATCH_MIN, "{} after {}", next, size);
         }
+        // The next run's first update, at the same costs, takes at most BATCH_LEAP_NS
+        // unless it is BATCH_FIRST, or its fixed cost alone is over that.
+        let first = first_batch(size, fixed + per_site * size as u64);
+        prop_assert!((BATCH_FIRST..=BATCH_MAX).contains(&first));
+        let took_first = fixed + per_site * first as u64;
+        prop_assert!(first == BATCH_FIRST || took_first <= BATCH_LEAP_NS + fixed,
+                     "{} sites would take {}", first, took_first);
         let seen = settle(fixed, per_site, 12);
         for &(_, took) in &seen[1..] {
             prop_assert!(took <= 2 * BATCH_SHRINK_NS, "{:?}", seen);

@@ -33,6 +33,13 @@
 //! first, 256 sites, up to 50 ms; unhooking them 250 ms before the last update).  An
 //! update that took under [`BATCH_LEAP_NS`] makes the next one [`BATCH_LEAP`] times as
 //! large, which by the same reasoning takes at most [`BATCH_GROW_NS`].
+//!
+//! A run starts from the last update of the run before it ([`first_batch()`]): as many
+//! sites as that update's rate does in [`BATCH_LEAP_NS`], never fewer than
+//! [`BATCH_FIRST`].  Detaching a link of 10,000 functions then takes one update where it
+//! took three, each of which copied the hashes whole.  A kernel that slowed down between
+//! two runs (a link on every function attached in between) was measured by the run that
+//! slowed it: its last updates start the next run small.
 
 /// Sites in the first update.
 pub const BATCH_FIRST: usize = 256;
@@ -69,4 +76,15 @@ pub fn next_batch(size: usize, took_ns: u64) -> usize {
         usize::try_from(at_rate).unwrap_or(usize::MAX)
     };
     next.clamp(BATCH_MIN, BATCH_MAX)
+}
+
+/// The number of sites of the first update of the next run, after the last update of
+/// this one, of `size` sites, took `took_ns` nanoseconds: what takes [`BATCH_LEAP_NS`] at
+/// that rate, within [`BATCH_FIRST`]..=[`BATCH_MAX`].
+pub fn first_batch(size: usize, took_ns: u64) -> usize {
+    // In u64: `size` is at most BATCH_MAX, so the product fits.
+    let at_rate = (size as u64).saturating_mul(BATCH_LEAP_NS) / took_ns.max(1);
+    usize::try_from(at_rate)
+        .unwrap_or(usize::MAX)
+        .clamp(BATCH_FIRST, BATCH_MAX)
 }
