@@ -30,8 +30,8 @@
  *	rbp +  8	the return address into the traced function: its site + 5
  *	rbp +  0	saved rbp
  *
- * ctx[0..11] are the arguments (0 past the function's own beyond the registers, but the
- * return value slots below on exit), ctx[12]
+ * ctx[0..11] are the arguments (0 past the function's own beyond the registers, as far
+ * as its programs read, but the return value slots below on exit), ctx[12]
  * the return value, kept there by the trampolines (no program reads it: the verifier
  * allows MAX_BPF_FUNC_ARGS u64 of ctx).  bpf_get_func_ret() reads it at ctx[nr_args],
  * and programs against rkf_multi_tmpl6() at ctx[6], which gets it too for a function of

@@ -72,7 +72,9 @@ refuse:
  * rkf_multi_prog_ctx_args() - how many argument slots of ctx a program reads
  * @prog: an rkf_multi program
  *
- * The verifier records the end of the furthest ctx access (check_ctx_access()).
+ * The verifier records the end of the furthest ctx access (check_ctx_access()); a
+ * program that may tail-call another counts all RKF_MULTI_MAX_ARGS slots, as the other
+ * program's accesses are not the caller's.
  *
  * Return: 0 to RKF_MULTI_MAX_ARGS, for the generated trampolines to fill as many slots
  * (a program against rkf_multi_tmpl6() that reads the return value at ctx[6] counts
@@ -80,6 +82,9 @@ refuse:
  */
 u32 rkf_multi_prog_ctx_args(const struct bpf_prog *prog)
 {
+	/* A program it tail-calls reads ctx too, as far as it likes. */
+	if (prog->aux->tail_call_reachable)
+		return RKF_MULTI_MAX_ARGS;
 	return min_t(u32, DIV_ROUND_UP(prog->aux->max_ctx_offset, sizeof(u64)),
 		     RKF_MULTI_MAX_ARGS);
 }

@@ -394,8 +394,15 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
 static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
 					   const struct rkf_multi_prog *p, u64 *ctx, bool any)
 {
-	u32 i;
+	u32 i = max_t(u32, f->nr_args + 1, RKF_MULTI_CTX_RET6 + 1);
 
+	/*
+	 * The slots past the arguments and the return value read 0, also for a program
+	 * attached while the call was in the function, which may read further than the
+	 * ones of the table the entry saw, which filled ctx only as far as they read.
+	 */
+	for (; unlikely(i < f->ctx_args); i++)
+		ctx[i] = 0;
 	if (unlikely(f->nr_session))
 		rkf_multi_sessions_exit(f, &p[f->nr_fentry], ctx, any);
 	for (i = f->nr_fentry + f->nr_session; i < f->nr_progs; i++)

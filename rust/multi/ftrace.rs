@@ -57,7 +57,8 @@ pub(crate) fn site_is_taken(site: u64) -> bool {
 pub(crate) struct FtraceOps {
     #[pin]
     ops: Opaque<bindings::ftrace_ops>,
-    /// The size of the first update of the next run (`rkf_core::multi::first_batch()`).
+    /// The size of the first update of the next hook or unhook run
+    /// (`rkf_core::multi::first_batch()`).
     first: Atomic<usize>,
     anchored: Atomic<bool>,
 }
@@ -101,8 +102,9 @@ impl FtraceOps {
 
     /// Applies `op` to `sites`, each with its trampoline in `tramps`, in ftrace updates
     /// each sized by `rkf_core::multi::next_batch()` from the time the one before took
-    /// (so that none keeps this task from a quiescent state for long), the first by
-    /// `rkf_core::multi::first_batch()` from the last one of the run before, with an RCU tasks
+    /// (so that none keeps this task from a quiescent state for long), the first of a
+    /// hook or unhook run by `rkf_core::multi::first_batch()` from the last update of
+    /// the hook or unhook run before (a move run's by `BATCH_FIRST`), with an RCU tasks
     /// quiescent state before each.  All or nothing: when an update (or the
     /// memory for the next one) fails, the updates before it are undone, and only if
     /// undoing fails too does a site stay changed ([`Failed::partial`]).  A site that
@@ -123,7 +125,16 @@ impl FtraceOps {
             sites.len().div_ceil(multi_batch::BATCH_MIN),
             GFP_KERNEL,
         )?;
-        let (mut at, mut size) = (0, self.first.load(Relaxed));
+        // Moves start small whatever came before: each also registers and unregisters a
+        // temporary ops on its sites, and with every function traced they cost up to
+        // milliseconds a site (rkf_core::multi::first_batch()).
+        let carried = op != Update::Move;
+        let first = if carried {
+            self.first.load(Relaxed)
+        } else {
+            multi_batch::BATCH_FIRST
+        };
+        let (mut at, mut size) = (0, first);
         while at < sites.len() {
             let end = sites.len().min(at + size);
             let batch = match (sites.get(at..end), tramps.get(at..end)) {
@@ -144,8 +155,10 @@ impl FtraceOps {
                 }
                 let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(0);
                 size = multi_batch::next_batch(end - at, took);
-                self.first
-                    .store(multi_batch::first_batch(end - at, took), Relaxed);
+                if carried {
+                    self.first
+                        .store(multi_batch::first_batch(end - at, took), Relaxed);
+                }
                 Ok(())
             });
             if let Err(err) = result {
@@ -286,7 +299,8 @@ impl Hash {
             .next_power_of_two()
             .trailing_zeros()
             .clamp(bindings::FTRACE_HASH_DEFAULT_BITS, HASH_MAX_BITS);
-        // SAFETY: alloc_ftrace_hash() only allocates, and takes any size from 0 to 31 bits.
+        // SAFETY: alloc_ftrace_hash() only allocates, and takes this size (at most 12
+        // bits: 4,096 buckets).
         let h = unsafe { bindings::alloc_ftrace_hash(bits as i32) };
         if h.is_null() {
             return Err(ENOMEM);

@@ -19,7 +19,8 @@ pub(crate) fn address_of(tramp: u64) -> u64 {
 /// module's text to go after it.
 ///
 /// The module state drops it after the device and the registry: no site calls the
-/// trampoline any more then, and no new frame can start.
+/// trampoline any more then (but the anchor's, rust/multi/ftrace.rs, which nothing
+/// calls), and no new frame can start.
 pub(crate) struct Frames {
     _private: (),
 }

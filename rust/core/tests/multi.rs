@@ -407,7 +407,7 @@ proptest! {
             prop_assert!(next < size || next == BATCH_MIN, "{} after {}", next, size);
         }
         // The next run's first update, at the same costs, takes at most BATCH_LEAP_NS
-        // unless it is BATCH_FIRST, or its fixed cost alone is over that.
+        // past its fixed cost, unless it is BATCH_FIRST.
         let first = first_batch(size, fixed + per_site * size as u64);
         prop_assert!((BATCH_FIRST..=BATCH_MAX).contains(&first));
         let took_first = fixed + per_site * first as u64;
