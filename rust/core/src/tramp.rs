@@ -66,8 +66,9 @@
 //! arguments it pushes to a 16-byte boundary: the kernel is built for 8
 //! (`-mpreferred-stack-boundary=3`).  The calls in flight are counted per image, as a BPF
 //! trampoline counts them on its image (`__bpf_tramp_enter()`), so that an image is freed
-//! only once no call can come back into it; a call that comes back after the image was declared dead
-//! (rkf_multi unloading meanwhile) goes straight back to the function's caller.
+//! only once no call can come back into it; a call that comes back after the image was
+//! declared dead (rkf_multi unloading meanwhile) goes straight back to the function's
+//! caller.
 
 /// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
 /// `ctx[0]` is at `rbp - 104`.
