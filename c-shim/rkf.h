@@ -59,6 +59,14 @@
 #define RKF_MULTI_FRAME_NR_SESSIONS	(-256)	/* ctx[-19]: cookies in use */
 #define RKF_MULTI_FRAME_FEXIT		(-264)	/* whether the exit programs wait */
 #define RKF_MULTI_SHARED_FRAME_SIZE	272	/* bytes below rbp: the shared trampoline */
+/*
+ * ctx[-1] of a session program's run, as the JIT writes it (include/linux/bpf.h's
+ * BPF_TRAMP_*_SHIFT): the argument count, the cookie's index, on exit the is-return bit.
+ * A generated trampoline's frame (rust/core/src/tramp.rs) is RKF_MULTI_FRAME_SIZE plus
+ * 8 bytes for each session program's cookie, from RKF_MULTI_FRAME_COOKIES down.
+ */
+#define RKF_MULTI_COOKIE_INDEX_SHIFT	8
+#define RKF_MULTI_IS_RETURN_SHIFT	63
 
 #ifndef __ASSEMBLY__
 

@@ -5,14 +5,15 @@
  * it and naming it for kallsyms, perf and the unwinder take the BPF JIT's own helpers,
  * and kfree_rcu() is a macro.
  *
- * An image with fexit trampolines counts the calls in flight inside its functions, as a
- * BPF trampoline's image does (__bpf_tramp_enter(), __bpf_tramp_exit()): a task may sleep
- * there for any time with a return address into the image on its stack.  Once no site
- * calls it any more it is retired here, and freed only once the count is 0 and an RCU
- * tasks grace period has passed.  When rkf_multi unloads, an image some call never came
- * back to (the task exited inside the function, or still sleeps there) is declared dead:
- * such a call then returns through it calling nothing, and the image is left behind, as
- * the kernel leaves a BPF trampoline's image behind in that case.
+ * An image with exit runs (fexit or session programs) counts the calls in flight inside
+ * its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
+ * __bpf_tramp_exit()): a task may sleep there for any time with a return address into
+ * the image on its stack.  Once no site calls it any more it is retired here, and freed
+ * only once the count is 0 and an RCU tasks grace period has passed.  When rkf_multi
+ * unloads, an image some call never came back to (the task exited inside the function,
+ * or still sleeps there) is declared dead: such a call then returns through it calling
+ * nothing, and the image is left behind, as the kernel leaves a BPF trampoline's image
+ * behind in that case.
  */
 
 #include <linux/bpf.h>
@@ -34,7 +35,7 @@
  * @code: the text, from the BPF pack allocator
  * @size: its size
  * @seq:  its number, in its symbol
- * @inflight: calls inside a function of its fexit trampolines
+ * @inflight: calls inside a function of its trampolines with exit runs
  * @dead: set when rkf_multi unloads with calls in flight: they return calling nothing
  * @stuck: the calls that were in flight then
  * @drain: on rkf_multi_draining once retired, until @inflight is 0
@@ -56,7 +57,7 @@ struct rkf_multi_image {
 	struct rcu_head rcu;
 };
 
-/* Retired images with fexit trampolines, until no call is in flight inside them. */
+/* Retired images with exit runs, until no call is in flight inside them. */
 static LIST_HEAD(rkf_multi_draining);
 static DEFINE_MUTEX(rkf_multi_drain_lock);
 static void rkf_multi_drain_fn(struct work_struct *work);
@@ -232,7 +233,7 @@ static void rkf_multi_drain_fn(struct work_struct *work)
 }
 
 /**
- * rkf_multi_image_retire() - free an image with fexit trampolines once no call is in it
+ * rkf_multi_image_retire() - free an image with exit runs once no call is in it
  * @im:      from rkf_multi_image_alloc(): no site calls it, and an RCU tasks grace
  *           period passed since the last did (no task can enter it any more)
  * @garbage: what its code names, freed with it
@@ -285,7 +286,7 @@ void rkf_multi_image_drain_exit(void)
 	if (list_empty(&busy))
 		return;
 	/*
-	 * A call that read the flag before it was set may be running fexit programs:
+	 * A call that read the flag before it was set may be running exit runs:
 	 * rkf_multi's code and the garbage.  It cannot sleep there.
 	 */
 	synchronize_rcu_tasks();

@@ -281,6 +281,8 @@ static_assert(RKF_MULTI_FRAME_SESSION_LINKS - RKF_MULTI_FRAME_NR_SESSIONS == 8 *
 static_assert(RKF_MULTI_FRAME_NR_SESSIONS - RKF_MULTI_FRAME_FEXIT == 8);
 static_assert(RKF_MULTI_SHARED_FRAME_SIZE + RKF_MULTI_FRAME_FEXIT == 8);
 static_assert(RKF_MULTI_MAX_SESSIONS == 8);
+static_assert(RKF_MULTI_COOKIE_INDEX_SHIFT == BPF_TRAMP_COOKIE_INDEX_SHIFT);
+static_assert(RKF_MULTI_IS_RETURN_SHIFT == BPF_TRAMP_IS_RETURN_SHIFT);
 /* A cookie's index (3 + k) fits the 8 bits the verifier reads it from. */
 static_assert(3 + RKF_MULTI_MAX_SESSIONS <= 0xff);
 

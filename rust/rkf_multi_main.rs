@@ -84,6 +84,12 @@ module! {
     authors: ["rkf developers"],
     description: "rkf: one fentry/fexit BPF program on many functions, through ftrace-direct trampolines",
     license: "GPL",
+    params: {
+        generate: bool {
+            default: true,
+            description: "0: every traced function takes the shared trampoline (default 1: its own)",
+        },
+    },
 }
 
 // The frame c-shim/rkf.h defines is the one the generated trampolines build.
@@ -99,6 +105,10 @@ const _: () = {
     assert!(multi_rules::TMPL6_ARGS == rkf_h::RKF_MULTI_REG_ARGS);
     assert!(multi_rules::MAX_ARGS == rkf_h::RKF_MULTI_MAX_ARGS);
     assert!(multi_rules::MAX_SESSIONS_PER_FUNC == rkf_h::RKF_MULTI_MAX_SESSIONS);
+    assert!(tramp_core::MAX_SESSIONS == rkf_h::RKF_MULTI_MAX_SESSIONS);
+    assert!(tramp_core::COOKIES == rkf_h::RKF_MULTI_FRAME_COOKIES);
+    assert!(tramp_core::COOKIE_INDEX_SHIFT == rkf_h::RKF_MULTI_COOKIE_INDEX_SHIFT);
+    assert!(tramp_core::IS_RETURN_SHIFT == rkf_h::RKF_MULTI_IS_RETURN_SHIFT);
 };
 
 /// rkf_multi's state: the device, and everything its files reach.
@@ -138,7 +148,7 @@ impl kernel::InPlaceModule for RkfMulti {
             drain: ImageDrain,
             deferred: Deferred::new()?,
             frames: Frames::new(),
-            registry <- new_mutex!(Registry::new()),
+            registry <- new_mutex!(Registry::new(module_parameters::generate.value())),
             dev <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"rkf_multi",
             }),

@@ -44,15 +44,15 @@ impl Trampoline {
 /// is `Some` until it is dropped.  Its code is entered only while a table holds the
 /// image: tables are dropped only after every site left the trampolines only they hold
 /// and no task can be entering them (a deferred free with `tasks`), or, for a table never
-/// published, before any site called them.  An image with fexit trampolines (`exit`) may
-/// still have calls in flight inside their functions then: c-shim/rkf_multi_image.c
-/// frees it, and `data`, once they have all come back.
+/// published, before any site called them.  An image with exit runs (`exit`: fexit or
+/// session programs) may still have calls in flight inside their functions then:
+/// c-shim/rkf_multi_image.c frees it, and `data`, once they have all come back.
 pub(crate) struct Image {
     ptr: *mut rkf_h::rkf_multi_image,
     data: Option<KBox<ImageData>>,
     /// Functions whose trampolines were generated into it.
     funcs: u32,
-    /// Whether it has fexit trampolines, which count the calls in flight.
+    /// Whether it has trampolines with exit runs, which count the calls in flight.
     exit: bool,
 }
 
@@ -60,16 +60,16 @@ pub(crate) struct Image {
 struct ImageData {
     /// The programs, by address: `struct rkf_multi_prog`.  Never resized.
     slots: KVVec<rkf_h::rkf_multi_prog>,
-    /// The detached flags of the links at the time, which the fexit slots name: a call
+    /// The detached flags of the links at the time, which the exit runs' slots name: a call
     /// in flight reads its slot's on the way out, however long after the link went.
     _detached: KVVec<Arc<Atomic<bool>>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
 // its calls in flight came back); its slots name programs and counters that outlive the
-// runs of them: fentry slots run only while a table holds the image, fexit slots only
-// while their link's flag, read under RCU, says attached (a link is freed an RCU grace
-// period after it was marked).
+// runs of them: entry runs only while a table holds the image, exit runs only while
+// their link's flag, read under RCU, says attached (a link is freed an RCU grace period
+// after it was marked).
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
@@ -94,12 +94,12 @@ impl Drop for Image {
             return;
         }
         // SAFETY: this object owns the image and no code runs in it any more (type
-        // invariant: it has no fexit trampoline, so no call stays inside it).
+        // invariant: it has no exit runs, so no call stays inside it).
         unsafe { rkf_h::rkf_multi_image_free(self.ptr) };
     }
 }
 
-/// Frees what an image with fexit trampolines named, once it was drained.
+/// Frees what an image with exit runs named, once it was drained.
 ///
 /// # Safety
 ///
@@ -110,7 +110,7 @@ unsafe extern "C" fn free_data(data: *mut c_void) {
     drop(unsafe { KBox::from_raw(data.cast::<ImageData>()) });
 }
 
-/// The retired images with fexit trampolines: at unload, the ones no call is in any more
+/// The retired images with exit runs: at unload, the ones no call is in any more
 /// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
 pub(crate) struct ImageDrain;
 
@@ -133,10 +133,20 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) addr: u64,
     /// Its ftrace site + 5: where its body goes on.
     pub(crate) ret_ip: u64,
-    /// Its programs, fentry then fexit, in the order they run.
+    /// Its programs, fentry, session then fexit, in the order they run.
     pub(crate) progs: &'a [rkf_h::rkf_multi_prog],
     /// How many of them are fentry programs.
     pub(crate) nr_fentry: usize,
+    /// How many of them are session programs, after the fentry ones.
+    pub(crate) nr_session: usize,
+}
+
+impl FuncCode<'_> {
+    /// The shape of its exit, if it has one: its session and fexit programs.
+    fn exit(&self) -> Option<(u32, u32)> {
+        let nr_fexit = self.progs.len() - self.nr_fentry - self.nr_session;
+        (self.nr_session + nr_fexit > 0).then_some((self.nr_session as u32, nr_fexit as u32))
+    }
 }
 
 /// What this cpu wants of generated code, as the BPF JIT emits it here: call depth
@@ -178,16 +188,9 @@ pub(crate) fn generate(
     let (mut size, mut nr_slots, mut exit) = (0usize, 0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
-        let nr_exit = f.progs.len() - f.nr_fentry;
-        exit |= nr_exit > 0;
+        exit |= f.exit().is_some();
         size = tramp_core::align(size);
-        let len = tramp_core::len(
-            f.nr_args,
-            saved,
-            f.nr_fentry as u32,
-            (nr_exit > 0).then_some(nr_exit as u32),
-            m,
-        );
+        let len = tramp_core::len(f.nr_args, saved, f.nr_fentry as u32, f.exit(), m);
         layout.push((size, saved, len), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
@@ -257,14 +260,16 @@ pub(crate) fn generate(
             slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
         }
         first_slot += n;
-        let (entry, exits) = slot_addrs.split_at(f.nr_fentry);
+        let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
+        let (sessions, exits) = rest.split_at(f.nr_session);
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,
             addr: f.addr,
             slots: entry,
             run,
-            exit: (!exits.is_empty()).then_some(tramp_core::Exit {
+            exit: f.exit().map(|_| tramp_core::Exit {
+                sessions,
                 slots: exits,
                 body: f.ret_ip,
                 run: run_exit,

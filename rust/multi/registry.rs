@@ -69,13 +69,15 @@ impl Services<'_> {
 }
 
 impl Registry {
-    /// No links; generated trampolines carry what this cpu wants.
-    pub(crate) fn new() -> Self {
+    /// No links; trampolines are generated if `generate` (the module parameter), and
+    /// carry what this cpu wants.
+    pub(crate) fn new(generate: bool) -> Self {
         Self {
             links: KVVec::new(),
             next_id: 1,
             table: None,
             gen: Generation {
+                enabled: generate,
                 mitigations: image::mitigations(),
                 images: 0,
             },

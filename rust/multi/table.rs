@@ -26,6 +26,9 @@ const MCOUNT_INSN_SIZE: u64 = 5;
 /// How tables get generated trampolines: what the cpu wants of their code, and how many
 /// images were generated so far, to name the next.
 pub(crate) struct Generation {
+    /// Whether functions get generated trampolines at all (the module parameter
+    /// `generate`): if not, every function takes the shared one.
+    pub(crate) enabled: bool,
     /// The mitigations the code carries.
     pub(crate) mitigations: Mitigations,
     /// Images generated so far.
@@ -199,6 +202,7 @@ impl Table {
         let same = o.addr == f.addr
             && o.nr_args == f.nr_args
             && o.nr_fentry == f.nr_fentry
+            && o.nr_session == f.nr_session
             && old.len() == progs.len()
             && old.iter().zip(progs).all(|(a, b)| {
                 a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
@@ -238,9 +242,8 @@ fn trampolines(
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions with fentry and fexit programs only, none sleepable, get their own
-    // trampoline.
-    let own = |f: &rkf_h::rkf_multi_func| f.nr_session == 0 && f.sleepable == 0;
+    // Functions whose programs are not sleepable get their own trampoline.
+    let own = |f: &rkf_h::rkf_multi_func| gen.enabled && f.sleepable == 0;
     for f in funcs {
         let cand = if own(f) {
             old.and_then(|o| o.reusable(f, progs_of(progs, f)))
@@ -288,6 +291,7 @@ fn trampolines(
                     ret_ip: f.ret_ip as u64,
                     progs: progs_of(progs, f),
                     nr_fentry: f.nr_fentry as usize,
+                    nr_session: f.nr_session.into(),
                 },
                 GFP_KERNEL,
             )?;

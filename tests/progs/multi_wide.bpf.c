@@ -2,7 +2,8 @@
 /*
  * rkf_multi selftests of programs against rkf_multi_tmpl12(), the template of twelve
  * arguments (tests/src/multi/wide.rs): an fentry, an fexit and a session program that
- * record what they see of each function, indexed by its attach cookie.  Apart from
+ * record what they see of each function, indexed by its attach cookie, and a program
+ * that tail-calls one that does.  Apart from
  * multi_testmod.bpf.c, which calls rkf_testmod's kfuncs, so that the ioctl fuzz can
  * load these programs without rkf_testmod.
  */
@@ -13,10 +14,13 @@
 #include "rkf.bpf.h"
 
 #define WIDE_FUNCS 8
-#define WIDE_KINDS 4
+#define WIDE_KINDS 5
 #define EINVAL 22
 
-/* A record per kind: 0 fentry, 1 fexit, 2 the session's entry run, 3 its exit run. */
+/*
+ * A record per kind: 0 fentry, 1 fexit, 2 the session's entry run, 3 its exit run, 4 the
+ * fentry program wide_tail tail-calls.
+ */
 struct wide_rec {
 	__u64 hits;
 	__u64 ip;
@@ -89,6 +93,31 @@ int wide_session(__u64 *ctx)
 		wide_recs[exit ? 3 : 2][i].cookie = *cookie;
 	if (!exit)
 		*cookie = 0x5e55000000000000ULL | i;
+	return 0;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} wide_jmp SEC(".maps");
+
+/*
+ * Reads nothing of ctx but tail-calls wide_tail_callee (wide_jmp[0]), which reads all of
+ * it: the trampolines fill every slot for a program that may tail-call.
+ */
+RKF_MULTI_FENTRY12
+int wide_tail(__u64 *ctx)
+{
+	bpf_tail_call(ctx, &wide_jmp, 0);
+	return 0;
+}
+
+RKF_MULTI_FENTRY12
+int wide_tail_callee(__u64 *ctx)
+{
+	wide_record(ctx, 4, false);
 	return 0;
 }
 

@@ -3,15 +3,27 @@
 //! Loading and unloading modules, through the syscalls insmod and rmmod use (nix's
 //! wrappers of them).
 
-use std::{ffi::CString, fs::File, io, path::Path, time::Duration};
+use std::{
+    ffi::{CStr, CString},
+    fs::File,
+    io,
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::{Context, Result};
 use nix::kmod::{delete_module, finit_module, DeleteModuleFlags, ModuleInitFlags};
 
 /// `finit_module(2)`: loads the module in `path`.
 pub fn insmod(path: &Path) -> io::Result<()> {
+    insmod_with(path, c"")
+}
+
+/// `finit_module(2)`: loads the module in `path` with parameters `params` ("name=value",
+/// space-separated), as `insmod path params` does.
+pub fn insmod_with(path: &Path, params: &CStr) -> io::Result<()> {
     let f = File::open(path)?;
-    finit_module(&f, c"", ModuleInitFlags::empty())?;
+    finit_module(&f, params, ModuleInitFlags::empty())?;
     Ok(())
 }
 

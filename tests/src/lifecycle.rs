@@ -49,22 +49,29 @@ pub const TESTS: &[Test] = &[
         run: multi_traced_module_pinned,
     },
     Test {
-        name: "multi_rmmod_with_session_in_flight",
-        run: || multi_rmmod_in_flight(InFlight::Shared),
+        name: "multi_rmmod_with_shared_frame_in_flight",
+        run: || crate::multi::with_shared_only(|| multi_rmmod_in_flight(InFlight::Shared)),
     },
     Test {
         name: "multi_rmmod_with_fexit_in_flight",
-        run: || multi_rmmod_in_flight(InFlight::Generated),
+        run: || multi_rmmod_in_flight(InFlight::Fexit),
+    },
+    Test {
+        name: "multi_rmmod_with_session_in_flight",
+        run: || multi_rmmod_in_flight(InFlight::Session),
     },
 ];
 
 /// Which trampoline the call in flight went through.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum InFlight {
-    /// The shared one (a session program): module text, which rmmod waits for.
+    /// The shared one (a session program, rkf_multi loaded with `generate=0`): module
+    /// text, which rmmod waits for.
     Shared,
     /// A generated fexit trampoline, BPF text: rmmod leaves it behind, dead.
-    Generated,
+    Fexit,
+    /// A generated session trampoline, the same.
+    Session,
 }
 
 const STACK: &str = "rkf_stack";
@@ -265,16 +272,17 @@ fn multi_traced_module_pinned() -> Result<()> {
     Ok(())
 }
 
-/// rmmod right after heavy fexit traffic (generated fexit trampolines), with a task
-/// blocked inside a traced function, its call in flight.
+/// rmmod right after heavy fexit traffic, with a task blocked inside a traced function,
+/// its call in flight.
 ///
-/// Through the shared trampoline (`Shared`: a session program on the function), the
-/// unload waits for the task to come back through the trampoline's module text, which
-/// then runs no program, and nothing breaks.  Through a generated fexit trampoline
-/// (`Generated`), BPF text outside the module, the unload does not wait: the image is
-/// declared dead and left behind (kallsyms names it rkf_multi_leaked_<n>, dmesg says
-/// so), and the task comes back through it later, with the value it read, after
-/// rkf_multi is gone, calling nothing of it.
+/// Through the shared trampoline (`Shared`: rkf_multi loaded with `generate=0`, as a
+/// sleepable program would take it), the unload waits for the task to come back through
+/// the trampoline's module text, which then runs no program, and nothing breaks.
+/// Through a generated fexit or session trampoline (`Fexit`, `Session`), BPF text
+/// outside the module, the unload does not wait: the image is declared dead and left
+/// behind (kallsyms names it rkf_multi_leaked_<n>, dmesg says so), and the task comes
+/// back through it later, with the value it read, after rkf_multi is gone, calling
+/// nothing of it.
 ///
 /// The task blocks reading an eventfd (in `eventfd_read()`, which nothing else in the VM
 /// reads) until the test writes to it, which it does only once rmmod is seen waiting
@@ -289,6 +297,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
 
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
+    let generated = via != InFlight::Shared;
     let log_before = dmesg()?;
     let event = Arc::new(EventFd::new().context("eventfd")?);
     /// Releases the reader when the test ends, also on failure: a task left blocked in a
@@ -307,10 +316,20 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let blocked = match via {
-            InFlight::Shared => rkf::multi::Link::attach(&skel.progs.session0, &read, None),
-            InFlight::Generated => rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None),
+            InFlight::Shared | InFlight::Session => {
+                rkf::multi::Link::attach(&skel.progs.session0, &read, None)
+            }
+            InFlight::Fexit => rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None),
         }
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let caller = rkf::multi::direct_callers()?
+            .remove("eventfd_read")
+            .unwrap_or_default();
+        check!(
+            caller.starts_with("rkf_multi_image_") == generated
+                && (generated || caller == "rkf_multi_tramp"),
+            "eventfd_read()'s direct caller: {caller}"
+        );
         // Enters eventfd_read() through the trampoline, fexit pending, until the test
         // writes the eventfd.
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -331,7 +350,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        if via == InFlight::Generated {
+        if generated {
             let stack = kernel_stack(tid)?;
             check!(
                 stack.iter().any(|f| f.starts_with("rkf_multi_image_")),
@@ -377,7 +396,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         let r = rmmod_wait(MULTI, Duration::from_secs(120));
         (r, Instant::now())
     });
-    if via == InFlight::Generated {
+    if generated {
         // rkf_multi unloads with the reader still inside: its image stays, dead.
         let (unloaded, _) = rmmod.join().expect("the rmmod thread panicked");
         unloaded?;

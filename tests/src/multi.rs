@@ -66,6 +66,10 @@ pub const TESTS: &[Test] = &[
         run: refusals,
     },
     Test {
+        name: "multi_anchor_denied",
+        run: anchor_denied,
+    },
+    Test {
         name: "multi_coexistence_with_bpf_trampolines",
         run: coexistence,
     },
@@ -534,7 +538,7 @@ fn generated_trampolines() -> Result<()> {
     );
     // An fexit program on some of them gives those new trampolines, generated with the
     // fexit program too: still one hit per function for each program.  A session
-    // program on one more takes the shared trampoline.
+    // program on one more gives it a generated session trampoline.
     let fexit = attach(&skel.progs.count_fexit2, &funcs[..3], None)?;
     let session = attach(&skel.progs.session0, &funcs[3..4], None)?;
     let callers = multi::direct_callers()?;
@@ -546,10 +550,13 @@ fn generated_trampolines() -> Result<()> {
             f.name
         );
     }
-    check_eq!(
-        callers.get(&funcs[3].name).map(String::as_str),
-        Some("rkf_multi_tramp"),
-        "{} with a session program: its direct caller",
+    let c = callers
+        .get(&funcs[3].name)
+        .map(String::as_str)
+        .unwrap_or("none");
+    check!(
+        c.starts_with("rkf_multi_image_"),
+        "{} with a session program: direct caller {c}, not a generated trampoline",
         funcs[3].name
     );
     let bss = run_once(&mut skel)?;
@@ -603,6 +610,71 @@ fn notrace_function(funcs: &[Func]) -> Result<Func> {
         }
     }
     bail!("no notrace function found in BTF")
+}
+
+/// `rkf_multi_anchor()`, the function nothing calls that keeps rkf_multi's ftrace_ops
+/// registered between links, is hooked to the shared trampoline while rkf_multi has had a
+/// link, and denied to links: a glob over rkf_multi's functions leaves it out as denied,
+/// its exact name is refused by `resolve()`, and by the kernel with `EINVAL` naming it.
+fn anchor_denied() -> Result<()> {
+    const ANCHOR: &str = "rkf_multi_anchor";
+    let mut obj = MaybeUninit::uninit();
+    let (skel, funcs) = setup(&mut obj)?;
+    let _link = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
+    let qualified = multi::qualified_name(ANCHOR, Some("rkf_multi"));
+    let callers = multi::direct_callers()?;
+    check_eq!(
+        callers.get(&qualified).map(String::as_str),
+        Some("rkf_multi_tramp"),
+        "the direct caller of {qualified} with a link attached"
+    );
+    let r = multi::resolve(&["rkf_multi:rkf_multi_*"])?;
+    let denied = r
+        .skipped
+        .get(&multi::Skip::Rule(Reason::Denied))
+        .cloned()
+        .unwrap_or_default();
+    check!(
+        denied.contains(&qualified),
+        "rkf_multi:rkf_multi_* does not leave out {qualified} as denied: {denied:?}"
+    );
+    check!(
+        r.funcs.iter().all(|f| f.name != ANCHOR),
+        "rkf_multi:rkf_multi_* resolved {ANCHOR}"
+    );
+    let e = multi::resolve(&[&format!("rkf_multi:{ANCHOR}")])
+        .err()
+        .context("resolve() of the anchor by name")?;
+    check!(
+        e.to_string().contains(&qualified),
+        "resolve() of the anchor: {e}"
+    );
+    // The kernel's own refusal, for a request that names it anyway.
+    let vmlinux = KernelBtf::vmlinux()?;
+    let btf = KernelBtf::module(&vmlinux, "rkf_multi")?;
+    let shape = btf
+        .funcs()?
+        .into_iter()
+        .find(|f| f.name == ANCHOR)
+        .with_context(|| format!("{ANCHOR} is not in rkf_multi's BTF"))?;
+    let anchor = Func {
+        addr: Kallsyms::load()?.lookup(ANCHOR, Some("rkf_multi"))?,
+        nr_args: shape.nr_params,
+        btf_id: shape.btf_id,
+        module: Some("rkf_multi".into()),
+        name: ANCHOR.into(),
+    };
+    let e = Link::attach(&skel.progs.count_fentry1, &[anchor], None)
+        .err()
+        .context("a link on the anchor attached")?;
+    diag!("the anchor: {e}");
+    check_eq!(e.errno, libc::EINVAL, "errno of a link on the anchor");
+    check_eq!(
+        e.refused,
+        Some((0, Reason::Denied)),
+        "the function refused and why"
+    );
+    Ok(())
 }
 
 /// Every refusal: errno, the function named, and nothing left behind (the good functions
@@ -821,12 +893,14 @@ pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
 /// kmemleak, whose bookkeeping of every allocation (with lockdep's and KASAN's) makes a
 /// cycle take a hundred times as long under TCG.
 ///
-/// The functions hooked and unhooked, or moved from one trampoline to another, are ones
-/// no cpu runs at the time: multi-threaded TCG
-/// (the VM's accelerator) mishandles the kernel's patching of code that another vCPU runs
-/// in a loop, and the kernel's own fentry attach and detach on bpf_fentry_test1 under the
+/// The functions hooked and unhooked are ones no cpu runs at the time, and the called
+/// ones stay on the shared trampoline (rkf_multi reloaded with `generate=0`), so that the
+/// storm changes the table only, not their ftrace sites: multi-threaded TCG (the VM's
+/// accelerator) mishandles the kernel's patching of code that another vCPU runs in a
+/// loop, and the kernel's own fentry attach and detach on bpf_fentry_test1 under the
 /// callers of this test ends in the same `Oops: int3` at the function's ftrace site
-/// within a thousand cycles (README, "Known problem").
+/// within a thousand cycles (README, "Known problem").  A function with its own
+/// trampoline has its site patched whenever its programs change.
 ///
 /// Every call must be a hit, which the program counts and the link reports, or a miss,
 /// a run the recursion guard skipped: hits + misses = calls, exactly.  rkf_multi runs
@@ -836,6 +910,10 @@ pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
 /// migration disabled (as from an in-kernel trampoline), one caller preempted inside the
 /// program makes the other's run a miss; there fewer than a tenth of the runs may miss.
 fn storm() -> Result<()> {
+    with_shared_only(shared_storm)
+}
+
+fn shared_storm() -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -852,11 +930,7 @@ fn storm() -> Result<()> {
         .collect();
     let _fentry = attach(&skel.progs.count_fentry0, permanent, None)?;
     let _fexit = attach(&skel.progs.count_fexit3, permanent, None)?;
-    // A session keeps the called functions on the shared trampoline for the whole storm:
-    // with fentry and fexit programs only, each would take a generated trampoline, which
-    // changes with its programs, so that every cycle would patch the ftrace site of a
-    // function both vCPUs call in a loop (see the comment above).
-    let _shared = attach(&skel.progs.session0, permanent, None)?;
+    check_tramps(permanent, Tramp::Shared, "rkf_multi loaded with generate=0")?;
     let trigger_fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
     let churn_progs = [
         skel.progs.count_fentry1.as_fd(),
@@ -1279,6 +1353,67 @@ pub(crate) fn setup(
 }
 
 /// One link, one run: for the tests that reload the module.
+/// Runs `f` with rkf_multi reloaded with `generate=0`, every function on the shared
+/// trampoline, then reloads it as it was, whatever `f` returned: `f`'s error comes first.
+///
+/// The attach storms need it: multi-threaded TCG mishandles the patching of an ftrace
+/// site that another vCPU runs in a loop (README, "Known problem"), and a function with
+/// its own trampoline has its site patched whenever its programs change.
+pub(crate) fn with_shared_only<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    use crate::kmod::{insmod, insmod_with, moddir, rmmod_wait};
+
+    const MULTI: &str = "rkf_multi";
+    let ko = moddir()?.join(format!("{MULTI}.ko"));
+    // Programs that held it are released after grace periods: busy until then.
+    rmmod_wait(MULTI, std::time::Duration::from_secs(120))?;
+    insmod_with(&ko, c"generate=0").context("insmod rkf_multi generate=0")?;
+    let r = f();
+    let back = rmmod_wait(MULTI, std::time::Duration::from_secs(120))
+        .and_then(|()| insmod(&ko).context("insmod rkf_multi again"));
+    let v = r?;
+    back?;
+    Ok(v)
+}
+
+/// Which of rkf_multi's trampolines a function's ftrace site calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tramp {
+    /// Its own, generated (`rkf_multi_image_<n>` in kallsyms).
+    Generated,
+    /// The shared one (`rkf_multi_tramp`).
+    Shared,
+}
+
+impl Tramp {
+    /// The other trampolines of a run of a test: under rkf_multi as loaded (`Generated`)
+    /// and reloaded with `generate=0` (`Shared`).
+    pub(crate) fn run_both(f: impl Fn(Tramp) -> Result<()>) -> Result<()> {
+        f(Tramp::Generated)?;
+        with_shared_only(|| f(Tramp::Shared))
+    }
+}
+
+/// Checks that each of `funcs` is called by rkf_multi's trampoline of kind `t`.
+pub(crate) fn check_tramps(funcs: &[Func], t: Tramp, what: &str) -> Result<()> {
+    let callers = multi::direct_callers()?;
+    for f in funcs {
+        let c = callers
+            .get(&f.qualified_name())
+            .map(String::as_str)
+            .unwrap_or("none");
+        let ok = match t {
+            Tramp::Generated => c.starts_with("rkf_multi_image_"),
+            Tramp::Shared => c == "rkf_multi_tramp",
+        };
+        check!(
+            ok,
+            "{what}: {} called through {c}, not the {t:?} trampoline",
+            f.name
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn smoke() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;

@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rkf_multi's per-function trampolines: x86-64 code generated for each traced function
-//! whose programs are fentry and fexit ones, none sleepable, no session.
+//! whose programs are fentry, fexit and session ones, none sleepable.
 //!
 //! The shared trampoline (c-shim/rkf_multi_tramp.S) serves every function: it saves all
 //! six argument registers, looks the function up in a hash index and loops over its
-//! programs, about twice what a BPF trampoline costs.  A function with fentry and fexit
-//! programs only gets its own code instead, as a BPF trampoline does
+//! programs, about twice what a BPF trampoline costs.  A function whose programs are not
+//! sleepable gets its own code instead, as a BPF trampoline does
 //! (arch/x86/net/bpf_jit_comp.c), with its argument count, its address and its programs
 //! built in:
 //!
 //! ```text
 //! [account]                                     call depth tracking: the entry's call
-//! push rbp; mov rbp, rsp; sub rsp, 120          the shared trampoline's frame
+//! push rbp; mov rbp, rsp; sub rsp, 120+8*ns     the shared trampoline's frame, and a
+//!                                               cookie for each of ns sessions
 //! mov [rbp-104+8*i], <arg i>  (i < saved, i < 6)          ctx[i]: the registers
 //! mov rax, [rbp+24+8*(i-6)]; mov [rbp-104+8*i], rax       ctx[i]: the stack arguments
 //!                             (6 <= i < nr_args)
@@ -23,8 +24,15 @@
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
+//! with session programs:
+//!     mov qword [rbp-128-8*k], 0  (k < ns)      ctx[-3-k]: session k's cookie
+//!     mov qword [rbp-104+8*nr_args], 0; [mov qword [rbp-56], 0]   the return value: 0
+//!     for each session program k:
+//!         movabs rax, meta(k); mov [rbp-112], rax     ctx[-1]: count, cookie index 3+k
+//!         movabs rdi, &slot; lea rsi, [rbp-104]
+//!         [account]; call run                   run(slot, ctx)
 //! mov <arg i>, [rbp-104+8*i]  (i < nr_args, i < 6)
-//! with fexit programs:
+//! with session or fexit programs:
 //!     push qword [rbp+24+8*(i-6)]  (i = nr_args - 1 down to 6)   the stack arguments
 //!     [account]; call <site + 5>                the rest of the function
 //!     [add rsp, 8*(nr_args-6)]
@@ -32,6 +40,11 @@
 //!     [mov [rbp-104+8*nr_args], rax]            nr_args < 12: bpf_get_func_ret()
 //!     [mov [rbp-56], rax]                       nr_args < 6: ctx[6], rkf_multi_tmpl6's
 //!     movabs rax, &dead; cmp byte [rax], 0; jne out
+//!     for each session program k:
+//!         movabs rax, meta(k) | is-return; mov [rbp-112], rax
+//!         movabs rdi, &slot; lea rsi, [rbp-104]
+//!         [account]; call run_exit              run_exit(slot, ctx)
+//!     [mov qword [rbp-112], nr_args]            sessions, then fexit programs
 //!     for each fexit program:
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
 //!         [account]; call run_exit              run_exit(slot, ctx)
@@ -54,10 +67,17 @@
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
 //! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
 //! have slept in the function for any time: it first checks that the slot's link is
-//! still attached.  Like a BPF trampoline, the code restores the argument registers BTF
-//! says the function takes, and for a function of more than six arguments copies the
-//! ones the caller passed on the stack into ctx, and again onto its own stack to call
-//! the body (arch/x86/net/bpf_jit_comp.c, `save_args()` and `arch_prepare_bpf_trampoline()`
+//! still attached.  Session programs run as the JIT runs fsession programs
+//! (`invoke_bpf()`): ctx[-1] carries the argument count, the index of the program's
+//! cookie (`bpf_session_cookie()` is `&ctx[-index]`, inlined by the verifier) and on exit
+//! the is-return bit (`bpf_session_is_return()`); each cookie is zeroed on entry and
+//! lives in the frame until the exit run, which, the code being the function's, is
+//! always that of the same program.
+//!
+//! Like a BPF trampoline, the code restores the argument registers BTF says the function
+//! takes, and for a function of more than six arguments copies the ones the caller
+//! passed on the stack into ctx, and again onto its own stack to call the body
+//! (arch/x86/net/bpf_jit_comp.c, `save_args()` and `arch_prepare_bpf_trampoline()`
 //! do the same).  It fills at least the function's arguments, and as many more slots as
 //! the programs read through ctx (the verifier's `max_ctx_offset`): programs are verified
 //! against six or twelve u64, and read the registers as they came, as through the shared
@@ -83,8 +103,36 @@ pub const RET: i8 = -8;
 /// `ctx[6]`, the return value as `rkf_multi_tmpl6()`'s programs read it, for a function
 /// of at most six arguments.
 pub const RET6: i8 = CTX + 8 * REG_ARGS as i8;
-/// Bytes below rbp.
+/// Bytes below rbp, for a function without session programs.
 pub const FRAME: u8 = 120;
+/// `ctx[-3 - k]`, session program k's cookie (`RKF_MULTI_FRAME_COOKIES`), below
+/// [`FRAME`]: a function with session programs has a frame 8 bytes larger for each.
+pub const COOKIES: i32 = CTX as i32 - 24;
+/// The most session programs a function has: their cookies' index (3 + k) in ctx[-1] is
+/// one byte.
+pub const MAX_SESSIONS: u32 = 8;
+/// Where ctx[-1] carries a session program's cookie index, and its is-return bit, as the
+/// verifier inlines `bpf_session_cookie()` and `bpf_session_is_return()` from it
+/// (`BPF_TRAMP_COOKIE_INDEX_SHIFT`, `BPF_TRAMP_IS_RETURN_SHIFT` of include/linux/bpf.h).
+pub const COOKIE_INDEX_SHIFT: u32 = 8;
+/// See [`COOKIE_INDEX_SHIFT`].
+pub const IS_RETURN_SHIFT: u32 = 63;
+
+/// ctx[-1] for session program `k` of a function of `nr_args` arguments, on entry or on
+/// `exit`: what the JIT's `invoke_bpf()` writes for an fsession program.
+pub fn session_meta(nr_args: u32, k: u32, exit: bool) -> u64 {
+    let meta = u64::from(nr_args) | u64::from(3 + k) << COOKIE_INDEX_SHIFT;
+    if exit {
+        meta | 1 << IS_RETURN_SHIFT
+    } else {
+        meta
+    }
+}
+
+/// Bytes below rbp for a function with `sessions` session programs.
+pub fn frame(sessions: u32) -> u32 {
+    u32::from(FRAME) + 8 * sessions
+}
 /// Where the caller put the seventh argument: past the saved rbp, the return address into
 /// the function and the function's own return address.
 pub const STACK_ARGS: i8 = 24;
@@ -140,11 +188,15 @@ impl Mitigations {
     }
 }
 
-/// What a trampoline does after its fentry programs when the function has fexit
-/// programs: it calls the rest of the function itself, as a BPF trampoline with
-/// `BPF_TRAMP_F_CALL_ORIG` does, then runs them.
+/// What a trampoline does after its fentry programs when the function has session or
+/// fexit programs: it runs the sessions' entry runs, calls the rest of the function
+/// itself, as a BPF trampoline with `BPF_TRAMP_F_CALL_ORIG` does, then runs the sessions'
+/// exit runs and the fexit programs.
 #[derive(Clone, Copy, Debug)]
 pub struct Exit<'a> {
+    /// The address of each session program's slot, in the order they run (at most
+    /// [`MAX_SESSIONS`]): on entry through [`Spec::run`], on exit through `run`.
+    pub sessions: &'a [u64],
     /// The address of each fexit program's slot, in the order they run.
     pub slots: &'a [u64],
     /// Where the function goes on after its ftrace site (the site + 5): called directly.
@@ -155,7 +207,7 @@ pub struct Exit<'a> {
     /// decremented on the way out.
     pub inflight: u64,
     /// The image's dead flag (a byte): once set, a call that comes back from the function
-    /// runs no fexit program and calls nothing, so the image may outlive rkf_multi.
+    /// runs no exit run and calls nothing, so the image may outlive rkf_multi.
     pub dead: u64,
 }
 
@@ -172,7 +224,7 @@ pub struct Spec<'a> {
     pub slots: &'a [u64],
     /// The address of `rkf_multi_run_prog()`.
     pub run: u64,
-    /// For a function with fexit programs: calling it and running them.
+    /// For a function with session or fexit programs: calling it and running them.
     pub exit: Option<Exit<'a>>,
     /// What the cpu wants of the code.
     pub mitigations: Mitigations,
@@ -181,7 +233,8 @@ pub struct Spec<'a> {
 /// Why a trampoline cannot be generated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitError {
-    /// More than [`MAX_ARGS`] slots, fewer filled than arguments, or no program.
+    /// More than [`MAX_ARGS`] slots, fewer filled than arguments, more than
+    /// [`MAX_SESSIONS`] sessions, no program, or an exit with no program.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -202,39 +255,56 @@ pub fn align(off: usize) -> usize {
 }
 
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
-/// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `nr_exit`, calls the
-/// function and runs that many fexit programs, on a cpu that wants `m`.
+/// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `exit` (session
+/// programs, fexit programs), calls the function and runs that many session and fexit
+/// programs, on a cpu that wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,
     nr_entry: u32,
-    nr_exit: Option<u32>,
+    exit: Option<(u32, u32)>,
     m: &Mitigations,
 ) -> usize {
-    // Accounting, prologue 1+3+4, a register slot 4 and any other slot 8, count 8,
-    // address 10+4, per program 10+4 + accounting + 5, register loads 4 each.
+    // Accounting, prologue 1+3+4 (or +7 for a frame past 127 bytes), a register slot 4
+    // and any other slot 8, count 8, address 10+4, per program 10+4 + accounting + 5,
+    // register loads 4 each.
     let a = m.account_len();
     let prog = 19 + a;
     let regs = |n: u32| n.min(REG_ARGS) as usize;
     let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
-    let head = a + 8 + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
-    let entry = prog * nr_entry as usize + 4 * regs(nr_args);
-    let tail = match nr_exit {
+    let sessions = exit.map_or(0, |(s, _)| s as usize);
+    let sub = if frame(sessions as u32) > 127 { 7 } else { 4 };
+    let head = a + 4 + sub + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
+    let mut entry = prog * nr_entry as usize + 4 * regs(nr_args);
+    if sessions > 0 {
+        // Each cookie zeroed 11, the return value slots zeroed 8 each, each entry run's
+        // ctx[-1] 10+4 and its call.
+        entry += 11 * sessions + 8 * entry_ret_slots(nr_args).1 + (14 + prog) * sessions;
+    }
+    let tail = match exit {
         // leave, the return.
         None => 1 + m.return_len(),
         // The count up 10+4 (before the programs), the stack arguments pushed 3 each, the
         // call, dropping them 4, the return value to ctx[12] and maybe ctx[nr_args] and
-        // ctx[6], the dead check 10+3+6, the programs, the count down 10+4, the return
+        // ctx[6], the dead check 10+3+6, the exit runs, the count down 10+4, the return
         // value back, leave, skipping the return into the function 4, the return.
-        Some(n) => {
+        Some((_, n)) => {
             let pushed = beyond(nr_args);
             let drop = if pushed > 0 { 4 } else { 0 };
             let call = 3 * pushed + a + 5 + drop + 4 + ret_slots(nr_args).1 * 4;
-            let exit = 19 + prog * n as usize + 14 + 4;
+            let exit = 19 + exit_runs(sessions, n as usize, m) + 14 + 4;
             14 + call + exit + 1 + 4 + m.return_len()
         }
     };
     head + entry + tail
+}
+
+/// Bytes of the exit runs: each session's ctx[-1] 10+4 and its call, ctx[-1] back to the
+/// argument count 8 if fexit programs follow sessions, each fexit program's call.
+fn exit_runs(sessions: usize, fexit: usize, m: &Mitigations) -> usize {
+    let prog = 19 + m.account_len();
+    let back = if sessions > 0 && fexit > 0 { 8 } else { 0 };
+    (14 + prog) * sessions + back + prog * fexit
 }
 
 /// Where the return value goes besides `ctx[12]` (`RET`): `ctx[nr_args]`, where
@@ -246,6 +316,16 @@ pub fn ret_slots(nr_args: u32) -> ([i8; 2], usize) {
         n if n < REG_ARGS => ([CTX + 8 * n as i8, RET6], 2),
         n if n < MAX_ARGS => ([CTX + 8 * n as i8, 0], 1),
         _ => ([0; 2], 0),
+    }
+}
+
+/// The slots a session's entry run reads the return value from, zeroed before it:
+/// `ctx[nr_args]` (`bpf_get_func_ret()`; `RET` itself for a function of twelve) and
+/// `ctx[6]` below six arguments, as [`ret_slots()`] gives them on exit.
+pub fn entry_ret_slots(nr_args: u32) -> ([i8; 2], usize) {
+    match nr_args {
+        n if n < REG_ARGS => ([CTX + 8 * n as i8, RET6], 2),
+        n => ([CTX + 8 * n.min(MAX_ARGS) as i8, 0], 1),
     }
 }
 
@@ -331,20 +411,47 @@ impl Out<'_> {
     }
 }
 
+impl Out<'_> {
+    /// The entry or `exit` runs of the session programs `slots` of a function of
+    /// `nr_args` arguments through `run`, each with its ctx[-1].
+    fn sessions(
+        &mut self,
+        at: u64,
+        m: &Mitigations,
+        nr_args: u32,
+        slots: &[u64],
+        run: u64,
+        exit: bool,
+    ) -> Result<(), EmitError> {
+        for (k, &slot) in slots.iter().enumerate() {
+            // movabs rax, meta; mov [rbp+NR_ARGS], rax
+            self.bytes(&MOVABS_RAX);
+            self.u64(session_meta(nr_args, k as u32, exit));
+            self.rbp_mov((0, false), NR_ARGS, true);
+            self.progs(at, m, &[slot], run)?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes trampoline `t` into `buf`, which will be executed at address `at` (`buf` is
 /// [`len()`] bytes for `t`).  On error `buf` may hold part of a trampoline, to be
 /// discarded.
 pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let (n, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
-    let no_exit = t.exit.is_none_or(|e| e.slots.is_empty());
-    if saved > MAX_ARGS as usize || n > saved || (t.slots.is_empty() && no_exit) {
+    let empty = |e: &Exit<'_>| e.slots.is_empty() && e.sessions.is_empty();
+    if saved > MAX_ARGS as usize || n > saved || (t.slots.is_empty() && t.exit.is_none()) {
         return Err(EmitError::BadShape);
     }
-    if t.exit.is_some_and(|e| e.slots.is_empty()) {
+    if t.exit
+        .is_some_and(|e| empty(&e) || e.sessions.len() > MAX_SESSIONS as usize)
+    {
         return Err(EmitError::BadShape);
     }
-    let nr_exit = t.exit.map(|e| e.slots.len() as u32);
-    let total = len(t.nr_args, t.saved, t.slots.len() as u32, nr_exit, m);
+    let shape = t
+        .exit
+        .map(|e| (e.sessions.len() as u32, e.slots.len() as u32));
+    let total = len(t.nr_args, t.saved, t.slots.len() as u32, shape, m);
     if buf.len() != total {
         return Err(EmitError::BadBuffer);
     }
@@ -354,8 +461,16 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let mut o = Out { buf, pos: 0 };
     // The call that entered the trampoline: ftrace's site calls it directly.
     o.account(at, m)?;
-    // push rbp; mov rbp, rsp; sub rsp, FRAME
-    o.bytes(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, FRAME]);
+    let sessions = t.exit.map_or(&[][..], |e| e.sessions);
+    // push rbp; mov rbp, rsp; sub rsp, frame
+    o.bytes(&[0x55, 0x48, 0x89, 0xe5]);
+    match u8::try_from(frame(sessions.len() as u32)) {
+        Ok(f @ 0..=127) => o.bytes(&[0x48, 0x83, 0xec, f]),
+        _ => {
+            o.bytes(&[0x48, 0x81, 0xec]);
+            o.u32(frame(sessions.len() as u32));
+        }
+    }
     for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
         o.rbp_mov(reg, slot(i), true);
     }
@@ -384,6 +499,23 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         o.bytes(&[0xf0, 0x48, 0xff, 0x00]);
     }
     o.progs(at, m, t.slots, t.run)?;
+    if !sessions.is_empty() {
+        // mov qword [rbp+COOKIES-8*k], 0: each session's cookie starts at 0.
+        for k in 0..sessions.len() {
+            o.bytes(&[0x48, 0xc7, 0x85]);
+            o.u32((COOKIES - 8 * k as i32) as u32);
+            o.u32(0);
+        }
+        // mov qword [rbp+d], 0: on entry a session reads 0 as the return value, as a BPF
+        // trampoline zeroes its return value slot.  ctx[nr_args] is an argument
+        // register's slot below six arguments, which no register is loaded from.
+        let (ret_at, nr) = entry_ret_slots(t.nr_args);
+        for &d in &ret_at[..nr] {
+            o.bytes(&[0x48, 0xc7, 0x45, d as u8]);
+            o.u32(0);
+        }
+        o.sessions(at, m, t.nr_args, sessions, t.run, false)?;
+    }
     for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
         o.rbp_mov(reg, slot(i), false);
     }
@@ -409,9 +541,15 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         o.bytes(&MOVABS_RAX);
         o.u64(e.dead);
         o.bytes(&[0x80, 0x38, 0x00]);
-        let prog = 19 + m.account_len();
-        let out = at.wrapping_add((o.pos + 6 + prog * e.slots.len()) as u64);
+        let runs = exit_runs(sessions.len(), e.slots.len(), m);
+        let out = at.wrapping_add((o.pos + 6 + runs) as u64);
         o.branch(at, &[0x0f, 0x85], out)?;
+        o.sessions(at, m, t.nr_args, sessions, e.run, true)?;
+        if !sessions.is_empty() && !e.slots.is_empty() {
+            // mov qword [rbp+NR_ARGS], nr_args: what the fexit programs read there.
+            o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
+            o.u32(t.nr_args);
+        }
         o.progs(at, m, e.slots, e.run)?;
         // out: movabs rax, inflight; lock dec qword [rax]; mov rax, [rbp+RET]
         o.bytes(&MOVABS_RAX);

@@ -50,12 +50,13 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
             e.push("ACCOUNT".to_string());
         }
     };
+    let sessions = t.exit.map_or(&[][..], |x| x.sessions);
     let mut e = Vec::new();
     account(&mut e);
     e.extend([
         "push rbp".to_string(),
         "mov rbp, rsp".to_string(),
-        format!("sub rsp, {:#x}", FRAME),
+        format!("sub rsp, {:#x}", 120 + 8 * sessions.len()),
     ]);
     let slot = |i: usize| format!("[rbp-{:#x}]", -(CTX as i32) - 8 * i as i32);
     // The seventh argument and on, where the function's caller left them.
@@ -91,6 +92,29 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         }
     };
     progs(&mut e, t.slots, "RUN");
+    // ctx[-1] of session k: the argument count, the cookie's index at bit 8, the
+    // is-return bit 63 (include/linux/bpf.h), written through rax.
+    let meta = |e: &mut Vec<String>, k: usize, exit: bool| {
+        let v = nr_args as u64 | ((3 + k as u64) << 8) | (u64::from(exit) << 63);
+        e.push(format!("mov rax, {v:#x}"));
+        e.push("mov [rbp-0x70], rax".to_string());
+    };
+    if !sessions.is_empty() {
+        // The cookies, ctx[-3 - k], zeroed; the return value slots zeroed.
+        for k in 0..sessions.len() {
+            e.push(format!("mov qword ptr [rbp-{:#x}], 0x0", 128 + 8 * k));
+        }
+        // bpf_get_func_ret() reads ctx[nr_args] (ctx[12], the kept return value, for a
+        // function of twelve), a program of six ctx[6].
+        e.push(format!("mov qword ptr {}, 0x0", slot(nr_args)));
+        if nr_args < 6 {
+            e.push(format!("mov qword ptr {}, 0x0", slot(6)));
+        }
+        for (k, s) in sessions.iter().enumerate() {
+            meta(&mut e, k, false);
+            progs(&mut e, &[*s], "RUN");
+        }
+    }
     for (i, r) in REGS.iter().enumerate().take(nr_args) {
         e.push(format!("mov {}, {}", r, slot(i)));
     }
@@ -117,6 +141,13 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         e.push(format!("mov rax, {:#x}", x.dead));
         e.push("cmp byte ptr [rax], 0x0".to_string());
         e.push("jne OUT".to_string());
+        for (k, s) in sessions.iter().enumerate() {
+            meta(&mut e, k, true);
+            progs(&mut e, &[*s], "RUN_EXIT");
+        }
+        if !sessions.is_empty() && !x.slots.is_empty() {
+            e.push(format!("mov qword ptr [rbp-0x70], {nr_args:#x}"));
+        }
         progs(&mut e, x.slots, "RUN_EXIT");
         e.push(format!("mov rax, {:#x}", x.inflight));
         e.push("lock dec qword ptr [rax]".to_string());
@@ -172,12 +203,14 @@ fn cpus(thunk: u64) -> [Mitigations; 4] {
 
 /// Bytes of `t`'s code.
 fn size(t: &Spec<'_>) -> usize {
-    let nr_exit = t.exit.map(|x| x.slots.len() as u32);
+    let exit = t
+        .exit
+        .map(|x| (x.sessions.len() as u32, x.slots.len() as u32));
     len(
         t.nr_args,
         t.saved,
         t.slots.len() as u32,
-        nr_exit,
+        exit,
         &t.mitigations,
     )
 }
@@ -197,6 +230,8 @@ fn check(at: u64, t: &Spec<'_>) {
         insns[dec - 1].ip()
     });
     let mut runs = 0;
+    // Entry runs: fentry programs, then the sessions'.
+    let entries = t.slots.len() + t.exit.map_or(0, |x| x.sessions.len());
     for (i, s) in insns.iter().zip(text.iter_mut()) {
         // No branch through a register or memory: every target is named here.
         assert!(
@@ -210,12 +245,12 @@ fn check(at: u64, t: &Spec<'_>) {
         match i.mnemonic() {
             Mnemonic::Call => {
                 let target = i.near_branch_target();
-                // The fentry programs' calls come first, then the body's, then the
-                // fexit programs'.
-                *s = if runs < t.slots.len() {
+                // The entry runs' calls come first, then the body's, then the exit
+                // runs'.
+                *s = if runs < entries {
                     assert_eq!(target, t.run, "call target");
                     "call RUN"
-                } else if runs == t.slots.len() {
+                } else if runs == entries {
                     assert_eq!(Some(target), t.exit.map(|x| x.body), "call target");
                     "call BODY"
                 } else {
@@ -249,9 +284,9 @@ fn check(at: u64, t: &Spec<'_>) {
         }
     }
     assert_eq!(text, expected(t));
-    // Every call the code makes was seen: fentry programs, the body, fexit programs.
-    let exits = t.exit.map_or(0, |x| 1 + x.slots.len());
-    assert_eq!(runs, t.slots.len() + exits, "calls");
+    // Every call the code makes was seen: entry runs, the body, exit runs.
+    let exits = t.exit.map_or(0, |x| 1 + x.sessions.len() + x.slots.len());
+    assert_eq!(runs, entries + exits, "calls");
     // The code fills the buffer exactly.
     assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
 }
@@ -270,8 +305,20 @@ fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'
 
 /// `t` with fexit programs `slots`.
 fn with_exit<'a>(t: Spec<'a>, slots: &'a [u64], body: u64, run: u64) -> Spec<'a> {
+    with_sessions(t, &[], slots, body, run)
+}
+
+/// `t` with session programs `sessions` and fexit programs `slots`.
+fn with_sessions<'a>(
+    t: Spec<'a>,
+    sessions: &'a [u64],
+    slots: &'a [u64],
+    body: u64,
+    run: u64,
+) -> Spec<'a> {
     Spec {
         exit: Some(Exit {
+            sessions,
             slots,
             body,
             run,
@@ -300,6 +347,9 @@ fn every_arg_count() {
     ];
     let run_exit = 0xffff_ffff_c100_2400;
     let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
+    let sessions: Vec<u64> = (0..MAX_SESSIONS as u64)
+        .map(|k| 0xffff_8880_0789_0000 + 0x28 * k)
+        .collect();
     for m in cpus(0xffff_ffff_8200_0500) {
         for nr in 0..=12 {
             for saved in nr..=12 {
@@ -312,6 +362,20 @@ fn every_arg_count() {
                 check(at, &on(m, with_exit(t, &exits, body, run_exit)));
                 let t = tramp(nr, saved, addr, &[], run);
                 check(at, &on(m, with_exit(t, &exits[..1], body, run_exit)));
+                // Session programs: alone, the most a function has, with fentry and
+                // fexit programs around them.
+                let t = tramp(nr, saved, addr, &[], run);
+                check(
+                    at,
+                    &on(m, with_sessions(t, &sessions[..1], &[], body, run_exit)),
+                );
+                let t = tramp(nr, saved, addr, &[], run);
+                check(at, &on(m, with_sessions(t, &sessions, &[], body, run_exit)));
+                let t = tramp(nr, saved, addr, &slots[..1], run);
+                check(
+                    at,
+                    &on(m, with_sessions(t, &sessions[..3], &exits, body, run_exit)),
+                );
             }
         }
     }
@@ -394,7 +458,7 @@ fn refusals() {
     );
     // fexit: no program at all, or an exit with none, is refused; the body and the exit
     // run must be in reach.
-    let mut xb = vec![0u8; len(1, 1, 0, Some(1), &Mitigations::default())];
+    let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), &Mitigations::default())];
     assert_eq!(
         bad(&mut xb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
         Err(EmitError::BadShape)
@@ -429,6 +493,57 @@ fn refusals() {
             at + (1 << 30),
         ),
     );
+    // More sessions than cookies have room for (the index is one byte, the frame holds
+    // MAX_SESSIONS) is refused.
+    let nine = [0xffff_8880_0123_4000u64; MAX_SESSIONS as usize + 1];
+    let mut sb = vec![
+        0u8;
+        len(
+            1,
+            1,
+            0,
+            Some((MAX_SESSIONS + 1, 0)),
+            &Mitigations::default()
+        )
+    ];
+    assert_eq!(
+        bad(
+            &mut sb,
+            &with_sessions(tramp(1, 1, 0, &[], at), &nine, &[], at, at)
+        ),
+        Err(EmitError::BadShape)
+    );
+    check(
+        at,
+        &with_sessions(tramp(1, 1, 0, &[], at), &nine[1..], &[], at, at),
+    );
+}
+
+#[test]
+fn session_frame_and_meta() {
+    // Each session's cookie is in its trampoline's frame, the last at its bottom; the
+    // frame without sessions holds none.
+    assert_eq!(frame(0), u32::from(FRAME));
+    for n in 1..=MAX_SESSIONS {
+        assert_eq!(
+            COOKIES - 8 * (n as i32 - 1),
+            -(frame(n) as i32),
+            "{n} sessions"
+        );
+    }
+    // bpf_session_cookie() is &ctx[-index], the index at bits 8..15 of ctx[-1].
+    assert_eq!(COOKIES, CTX as i32 - 8 * 3);
+    for k in 0..MAX_SESSIONS {
+        for nr in 0..=MAX_ARGS {
+            let (entry, exit) = (session_meta(nr, k, false), session_meta(nr, k, true));
+            assert_eq!(entry & 0xff, u64::from(nr));
+            assert_eq!((entry >> 8) & 0xff, u64::from(3 + k));
+            assert_eq!(entry >> 63, 0);
+            assert_eq!(exit, entry | 1 << 63);
+            let cookie = CTX as i32 - 8 * ((entry >> 8) & 0xff) as i32;
+            assert_eq!(cookie, COOKIES - 8 * k as i32);
+        }
+    }
 }
 
 proptest! {
@@ -465,6 +580,26 @@ proptest! {
         let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
         let t = tramp(nr, saved, addr, &entries, run);
         check(at, &on(m, with_exit(t, &exits, body, run_exit)));
+    }
+
+    #[test]
+    fn decodes_as_intended_with_sessions(
+        nr in 0u32..=12,
+        extra in 0u32..=12,
+        entries in prop::collection::vec(any::<u64>(), 0..3),
+        sessions in prop::collection::vec(any::<u64>(), 1..=MAX_SESSIONS as usize),
+        exits in prop::collection::vec(any::<u64>(), 0..3),
+        at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
+        deltas in prop::array::uniform3(-(1i64 << 30)..(1i64 << 30)),
+        addr in any::<u64>(),
+        cpu in 0usize..4,
+        thunk_delta in -(1i64 << 30)..(1i64 << 30),
+    ) {
+        let saved = (nr + extra).min(12);
+        let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
+        let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
+        let t = tramp(nr, saved, addr, &entries, run);
+        check(at, &on(m, with_sessions(t, &sessions, &exits, body, run_exit)));
     }
 }
 

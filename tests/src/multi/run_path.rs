@@ -31,7 +31,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{attach, reset, setup, trigger};
+use super::{attach, check_tramps, reset, setup, trigger, Tramp};
 use crate::{check, check_eq, diag};
 use rkf::{kallsyms::Kallsyms, multi};
 
@@ -197,9 +197,10 @@ fn on_path(
     }))
 }
 
-/// An fentry link on bpf_fentry_test1 and an fexit link on bpf_fentry_test2 (generated
-/// trampolines) and a session link on bpf_fentry_test3 (the shared trampoline).  Without
-/// them, the graph tracer sees the three functions call nothing; with them, every hooked
+/// An fentry link on bpf_fentry_test1, an fexit link on bpf_fentry_test2 and a session
+/// link on bpf_fentry_test3, through generated trampolines, then again through the shared
+/// one (rkf_multi reloaded with `generate=0`).  Without them, the graph tracer sees the
+/// three functions call nothing; with them, every hooked
 /// function (see the module's doc) the trampolines call
 /// directly in every run is on rkf's deny list (what those call in turn, and slow paths
 /// such as a preemption at `preempt_enable()`, are the kernel's, as for its own
@@ -207,6 +208,10 @@ fn on_path(
 /// `OFF_THE_PATH` this kernel has, a link on it and bpf_fentry_test1 sees its program run
 /// without calling it, and without a recursion miss.
 pub(super) fn run_path_calls_only_denied() -> Result<()> {
+    Tramp::run_both(calls_only_denied)
+}
+
+fn calls_only_denied(tramp: Tramp) -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let roots = [
@@ -241,8 +246,9 @@ pub(super) fn run_path_calls_only_denied() -> Result<()> {
         let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
         let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
         let _session = attach(&skel.progs.session0, &funcs[2..3], None)?;
+        check_tramps(&funcs[..3], tramp, "fentry, fexit, session")?;
         for (root, called) in phase(&mut skel)? {
-            diag!("traceable functions rkf_multi calls under {root}(): {called:?}");
+            diag!("traceable functions rkf_multi calls under {root}() ({tramp:?}): {called:?}");
             for f in &called {
                 check!(
                     rkf_core::multi::denied(f.as_bytes()),
@@ -333,6 +339,10 @@ fn run_stats(id: u32) -> Result<(u64, u64)> {
 /// `BPF_ENABLE_STATS` as here): with them off a program's run count stays 0, with them on
 /// it counts every run and its time.
 pub(super) fn run_stats_kept() -> Result<()> {
+    Tramp::run_both(stats_kept)
+}
+
+fn stats_kept(tramp: Tramp) -> Result<()> {
     use std::os::fd::{FromRawFd, OwnedFd};
 
     let sysctl = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")?;
@@ -346,6 +356,7 @@ pub(super) fn run_stats_kept() -> Result<()> {
     let fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
     let fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
     let session = attach(&skel.progs.session0, &funcs[2..3], None)?;
+    check_tramps(&funcs[..3], tramp, "fentry, fexit, session")?;
     let ids = [
         fentry.info()?.prog_id,
         fexit.info()?.prog_id,
@@ -377,11 +388,8 @@ pub(super) fn run_stats_kept() -> Result<()> {
             trigger(&skel)?;
         }
     }
-    for (id, what) in ids.iter().zip([
-        "fentry (generated trampoline)",
-        "fexit (generated trampoline)",
-        "session (shared trampoline)",
-    ]) {
+    for (id, kind) in ids.iter().zip(["fentry", "fexit", "session"]) {
+        let what = format!("{kind} ({tramp:?} trampoline)");
         let (runs, ns) = run_stats(*id)?;
         // A session program runs twice a call: on entry and on exit.
         let per_call = if what.starts_with("session") { 2 } else { 1 };

@@ -4,7 +4,9 @@
 //! (tools/testing/selftests/bpf/prog_tests/tracing_multi.c and
 //! progs/tracing_multi_session_attach.c): one program on entry and on exit of each
 //! function, `bpf_session_is_return()` telling the runs apart and `bpf_session_cookie()`
-//! carrying a value from the entry run to the exit run of the same call.
+//! carrying a value from the entry run to the exit run of the same call.  Each test runs
+//! through generated session trampolines, then through the shared trampoline (rkf_multi
+//! reloaded with `generate=0`, as functions with a sleepable program take it).
 
 use std::{mem::MaybeUninit, time::Duration};
 
@@ -13,7 +15,8 @@ use rkf::multi;
 use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
-    attach, reset, run_once, run_testmod_targets, setup, testmod_targets, CALLS, TESTMOD_CALLS,
+    attach, check_tramps, reset, run_once, run_testmod_targets, setup, testmod_targets, Tramp,
+    CALLS, TESTMOD_CALLS,
 };
 use crate::{check, check_eq, diag, skel::multi::types::srec};
 
@@ -88,6 +91,10 @@ fn check_runs(f: &multi::Func, r: &srec, cookie: u64) -> Result<()> {
 /// and once on exit with its own cookie, sees the arguments on both runs and the return
 /// value on exit, each at its type; the other links count one call each.
 pub(super) fn session_vmlinux_and_module() -> Result<()> {
+    Tramp::run_both(vmlinux_and_module)
+}
+
+fn vmlinux_and_module(tramp: Tramp) -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x5e55_0000 + i).collect();
@@ -95,6 +102,7 @@ pub(super) fn session_vmlinux_and_module() -> Result<()> {
     let _fentry = attach(&skel.progs.count_fentry0, &funcs, None)?;
     let _fexit = attach(&skel.progs.count_fexit1, &funcs, None)?;
     check_eq!(session.info()?.kind, Kind::Session, "the link's kind");
+    check_tramps(&funcs, tramp, "session, fentry and fexit")?;
     let bss = run_once(&mut skel)?;
     check_eq!(
         bss.unknown_ip,
@@ -141,6 +149,7 @@ pub(super) fn session_vmlinux_and_module() -> Result<()> {
     let tm = super::load_testmod(&mut tobj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x5e55_1000 + i).collect();
     let _session = attach(&skel.progs.multi_session, &funcs, Some(&cookies))?;
+    check_tramps(&funcs, tramp, "a session on rkf_testmod's targets")?;
     reset(&mut skel)?;
     run_testmod_targets(&tm)?;
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
@@ -186,6 +195,10 @@ impl Drop for Release {
 /// its cookie; session 2 ran on entry and runs no more; session 1, attached after the
 /// entry, does not run on that call's exit.
 pub(super) fn session_in_flight() -> Result<()> {
+    Tramp::run_both(in_flight)
+}
+
+fn in_flight(tramp: Tramp) -> Result<()> {
     use nix::sys::eventfd::EventFd;
     use std::sync::Arc;
     use std::time::Instant;
@@ -216,6 +229,7 @@ pub(super) fn session_in_flight() -> Result<()> {
     // by its link, not by its place.
     let goes = attach(&skel.progs.session2, &read, None)?;
     let _stays = attach(&skel.progs.session0, &read, None)?;
+    check_tramps(&read, tramp, "two sessions")?;
     go_tx.send(()).context("starting the reader")?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while !crate::lifecycle::blocked_in(tid, "eventfd_read")? {
@@ -272,6 +286,10 @@ pub(super) fn session_in_flight() -> Result<()> {
 /// fexit programs; a ninth is refused with E2BIG naming the function
 /// (`Reason::TooManySessions`), and the eight still run.
 pub(super) fn session_limit() -> Result<()> {
+    Tramp::run_both(limit)
+}
+
+fn limit(tramp: Tramp) -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let one = &funcs[..1];
@@ -291,6 +309,7 @@ pub(super) fn session_limit() -> Result<()> {
     }
     let _fentry = attach(&skel.progs.count_fentry0, one, None)?;
     let _fexit = attach(&skel.progs.count_fexit1, one, None)?;
+    check_tramps(one, tramp, "eight sessions, fentry and fexit")?;
     let e = multi::Link::attach(&skel.progs.session8, one, None)
         .err()
         .context("a ninth session program attached to one function")?;

@@ -417,15 +417,19 @@ pub(super) fn sleepable_refusals() -> Result<()> {
 /// function with sleepable programs, whose table is freed after an RCU tasks trace grace
 /// period, and one without, whose table is not: a call that looked it up in one and finds
 /// it again in the other must run its programs under the right lock (the sanitizers of
-/// the test kernel watch).  A permanent non-sleepable session on both keeps them on the
-/// shared trampoline, so that this changes the table only, not the call at the
-/// functions' ftrace sites (see the README's Known problem; with fentry and fexit
-/// programs only, getpgid(2) would take a generated trampoline, which changes with its
-/// programs).  A sleepable program runs without migration but
+/// the test kernel watch).  rkf_multi is reloaded with `generate=0`, which keeps both on
+/// the shared trampoline, so that this changes the table only, not the call at the
+/// functions' ftrace sites (see the README's Known problem; without sleepable programs,
+/// getpgid(2) would take a generated trampoline, which changes with its programs).  A
+/// sleepable program runs without migration but
 /// preemptible, so another task preempted inside it on the same cpu makes a run a miss
 /// (as for the kernel's sleepable trampolines): one caller, and functions no other task
 /// of the VM calls, keep every run a hit.
 pub(super) fn sleepable_storm() -> Result<()> {
+    super::with_shared_only(shared_sleepable_storm)
+}
+
+fn shared_sleepable_storm() -> Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     let cycles = super::storm_cycles();
@@ -438,7 +442,11 @@ pub(super) fn sleepable_storm() -> Result<()> {
     let fentry = attach(&skel.progs.storm_fentry, sleepable, None)?;
     let fexit = attach(&skel.progs.storm_fexit, sleepable, None)?;
     let plain = attach(&skel.progs.storm_plain, called, None)?;
-    let _shared = attach(&skel.progs.plain_session, called, None)?;
+    super::check_tramps(
+        called,
+        super::Tramp::Shared,
+        "rkf_multi loaded with generate=0",
+    )?;
     let churn = [
         skel.progs.sleepable_fentry.as_fd(),
         skel.progs.sleepable_fexit.as_fd(),

@@ -4,22 +4,28 @@
 //! tracing_multi (tools/testing/selftests/bpf/prog_tests/tracing_multi.c, on
 //! bpf_testmod's 7- and 11-argument functions): rkf_testmod's `rkf_testmod_multi_test7()`,
 //! `_test11()` and `_test12()`, beside its functions of 1 to 6 arguments, traced by
-//! programs loaded against `rkf_multi_tmpl12()` (tests/progs/multi_wide.bpf.c) through a
-//! generated trampoline (fentry and fexit) and through the shared one (a session beside
-//! an fexit).
+//! programs loaded against `rkf_multi_tmpl12()` (tests/progs/multi_wide.bpf.c): fentry
+//! and fexit programs, then a session beside an fexit, through generated trampolines,
+//! then all again through the shared one (rkf_multi reloaded with `generate=0`).
 
-use std::mem::MaybeUninit;
+use std::{
+    mem::MaybeUninit,
+    os::fd::{AsFd, AsRawFd},
+};
 
 use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
 use rkf::{
     multi::{self, Func, Skip},
     skeleton,
 };
 use rkf_core::multi::Reason;
 
-use super::{attach, load, load_testmod, run_testmod_targets, Masked, TESTMOD_CALLS};
+use super::{
+    attach, check_tramps, load, load_testmod, run_testmod_targets, Masked, Tramp, TESTMOD_CALLS,
+};
 use crate::{
-    check, check_eq,
+    check_eq,
     skel::{
         multi_testmod::MultiTestmodSkel,
         multi_wide::{types::wide_rec, MultiWideSkel, MultiWideSkelBuilder},
@@ -70,11 +76,13 @@ fn sum(nr: usize) -> u64 {
 /// `-EINVAL`, as bpf_get_func_arg() returns it past the last argument.
 const EINVAL: i64 = -(libc::EINVAL as i64);
 
-/// The record kinds of multi_wide.bpf.c: fentry, fexit, the session's entry and exit.
+/// The record kinds of multi_wide.bpf.c: fentry, fexit, the session's entry and exit,
+/// the program a tail call reaches.
 const FENTRY: usize = 0;
 const FEXIT: usize = 1;
 const SESSION_ENTRY: usize = 2;
 const SESSION_EXIT: usize = 3;
+const TAIL: usize = 4;
 
 /// What wide_session writes into its cookie on entry, for function `i`.
 const SESSION_COOKIE: u64 = 0x5e55_0000_0000_0000;
@@ -193,6 +201,10 @@ fn check_rec(what: &str, t: &Target, r: &wide_rec, ret: Option<Masked>) -> Resul
 }
 
 pub(super) fn wide_module_targets() -> Result<()> {
+    Tramp::run_both(wide_targets)
+}
+
+fn wide_targets(tramp: Tramp) -> Result<()> {
     let targets = targets()?;
     let funcs: Vec<Func> = targets.iter().map(|t| t.func.clone()).collect();
     let is_wide = |f: &Func| f.nr_args > 6;
@@ -247,19 +259,11 @@ pub(super) fn wide_module_targets() -> Result<()> {
         skeleton::load::<MultiWideSkelBuilder>(&mut wobj, "multi_wide.bpf.c", skeleton::as_built)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).collect();
 
-    // fentry and fexit: each function through a trampoline generated for it.
+    // fentry and fexit.
     {
         let _fentry = attach(&wskel.progs.wide_fentry, &funcs, Some(&cookies))?;
         let _fexit = attach(&wskel.progs.wide_fexit, &funcs, Some(&cookies))?;
-        let trampolines = multi::direct_callers()?;
-        for f in &funcs {
-            let tramp = trampolines.get(&f.qualified_name()).map(String::as_str);
-            check!(
-                tramp.is_some_and(|t| t.starts_with("rkf_multi_image_")),
-                "{}: called through {tramp:?}, not a generated trampoline",
-                f.name
-            );
-        }
+        check_tramps(&funcs, tramp, "fentry and fexit")?;
         run(&tm, &mut wskel)?;
         let bss = wskel.maps.bss_data.as_deref().context("no .bss")?;
         for (i, t) in targets.iter().enumerate() {
@@ -269,20 +273,11 @@ pub(super) fn wide_module_targets() -> Result<()> {
         }
     }
 
-    // A session and an fexit: the shared trampoline, which copies the stack arguments
-    // into ctx and again for the call of the rest of the function.
-    let _session = attach(&wskel.progs.wide_session, &funcs, Some(&cookies))?;
-    let _fexit = attach(&wskel.progs.wide_fexit, &funcs, Some(&cookies))?;
-    let trampolines = multi::direct_callers()?;
-    for f in &funcs {
-        let tramp = trampolines.get(&f.qualified_name()).map(String::as_str);
-        check_eq!(
-            tramp,
-            Some("rkf_multi_tramp"),
-            "{}: the trampoline of a function with a session",
-            f.name
-        );
-    }
+    // A session and an fexit: the trampolines copy the stack arguments into ctx and again
+    // for the call of the rest of the function.
+    let session = attach(&wskel.progs.wide_session, &funcs, Some(&cookies))?;
+    let fexit = attach(&wskel.progs.wide_fexit, &funcs, Some(&cookies))?;
+    check_tramps(&funcs, tramp, "a session and an fexit")?;
     run(&tm, &mut wskel)?;
     let bss = wskel.maps.bss_data.as_deref().context("no .bss")?;
     for (i, t) in targets.iter().enumerate() {
@@ -311,6 +306,25 @@ pub(super) fn wide_module_targets() -> Result<()> {
             SESSION_COOKIE | i as u64,
             "{name}: the session cookie on exit"
         );
+    }
+    drop((session, fexit));
+
+    // A program that reads nothing of ctx but may tail-call: the program it reaches reads
+    // every slot, which the trampolines fill (registers as they came, the stack arguments,
+    // 0 past them) as for a program that reads them all itself.
+    let key = 0u32.to_ne_bytes();
+    let callee = wskel.progs.wide_tail_callee.as_fd().as_raw_fd() as u32;
+    wskel
+        .maps
+        .wide_jmp
+        .update(&key, &callee.to_ne_bytes(), MapFlags::ANY)
+        .context("wide_jmp[0] = wide_tail_callee")?;
+    let _tail = attach(&wskel.progs.wide_tail, &funcs, Some(&cookies))?;
+    check_tramps(&funcs, tramp, "a program that tail-calls")?;
+    run(&tm, &mut wskel)?;
+    let bss = wskel.maps.bss_data.as_deref().context("no .bss")?;
+    for (i, t) in targets.iter().enumerate() {
+        check_rec("tail-called fentry", t, &bss.wide_recs[TAIL][i], None)?;
     }
     Ok(())
 }
