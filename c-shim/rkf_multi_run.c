@@ -530,7 +530,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 }
 
 /**
- * rkf_multi_run_prog() - run one fentry program, for a generated trampoline
+ * rkf_multi_run_prog() - run one entry run (fentry, session), for a generated trampoline
  * @p:   the program, its cookie and counters: a slot of the trampoline's image
  * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry()
  *
@@ -545,7 +545,7 @@ notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 }
 
 /**
- * rkf_multi_run_exit() - run one fexit program, for a generated trampoline
+ * rkf_multi_run_exit() - run one exit run (session, fexit), for a generated trampoline
  * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
  * @ctx: the trampoline's frame, with the return value
  *

@@ -176,7 +176,7 @@ fn account(ip: u64, out: &mut [u8]) -> bool {
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// fexit slots name): returns the image and the address of each function's trampoline.
+/// exit runs' slots name): returns the image and the address of each function's trampoline.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],

@@ -62,7 +62,7 @@ fn progs_of<'a>(
 
 impl Table {
     /// Builds the table of `links`, or `None` if there is nothing to trace.  Functions
-    /// with fentry and fexit programs only keep their trampoline from `old` if their
+    /// whose programs are not sleepable keep their trampoline from `old` if their
     /// programs did not change, or get a new one, generated in one image.
     pub(crate) fn build(
         links: &[Link],

@@ -49,6 +49,33 @@ pub fn rmmod_wait(name: &str, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Unloads `name` if it is loaded, retrying for up to two minutes while it is busy or
+/// going, and waits until it is gone (`/sys/module/NAME`).
+pub fn unload(name: &str) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        if !Path::new("/sys/module").join(name).exists() {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            anyhow::bail!("{name} is still loaded after two minutes");
+        }
+        match rmmod(name) {
+            // Gone, going, or still in use by programs being released.
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::EAGAIN | libc::EBUSY)
+                ) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e).with_context(|| format!("rmmod {name}")),
+        }
+    }
+}
+
 /// The kernel log, as `dmesg` prints it.
 pub fn dmesg() -> Result<String> {
     let out = std::process::Command::new("dmesg")

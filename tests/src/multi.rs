@@ -481,11 +481,11 @@ fn wait_tramp_images(what: &str, done: impl Fn(&[String]) -> bool) -> Result<()>
     }
 }
 
-/// Functions whose programs are fentry and fexit ones run through trampolines generated
-/// for them, BPF text that kallsyms names rkf_multi_image_<n>: a stack taken inside the program
-/// shows one, and walks on through it to the traced function and its callers.  Images
-/// are shared by the functions of one operation, replaced when a function's programs
-/// change, and freed once no link uses them.
+/// Functions whose programs are not sleepable (fentry, fexit, session) run through
+/// trampolines generated for them, BPF text that kallsyms names rkf_multi_image_<n>: a
+/// stack taken inside the program shows one, and walks on through it to the traced
+/// function and its callers.  Images are shared by the functions of one operation,
+/// replaced when a function's programs change, and freed once no link uses them.
 fn generated_trampolines() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
@@ -567,6 +567,21 @@ fn generated_trampolines() -> Result<()> {
         &bss.counts[0][..funcs.len()],
         &bss.counts[6][..3]
     );
+    // The one call of the session's function: an entry run with a zeroed cookie, an exit
+    // run that finds what the entry run wrote there.
+    let session_runs = |b: &crate::skel::multi::types::bss| {
+        (
+            b.sess_entry[0],
+            b.sess_exit[0],
+            b.sess_cookie_ok[0],
+            b.sess_nonzero_cookie[0],
+        )
+    };
+    check_eq!(
+        session_runs(bss),
+        (1, 1, 1, 0),
+        "the session's (entry runs, exit runs, cookies read back, cookies not zeroed)"
+    );
     drop(fexit);
     drop(session);
     let bss = run_once(&mut skel)?;
@@ -576,6 +591,11 @@ fn generated_trampolines() -> Result<()> {
         "counts after the fexit link closed: {:?} {:?}",
         &bss.counts[0][..funcs.len()],
         &bss.counts[6][..3]
+    );
+    check_eq!(
+        session_runs(bss),
+        (0, 0, 0, 0),
+        "the session's runs after its link closed"
     );
     drop(counter);
     wait_tramp_images("no image after every link closed", <[String]>::is_empty)
@@ -1352,24 +1372,46 @@ pub(crate) fn setup(
     Ok((load(obj, &funcs)?, funcs))
 }
 
-/// One link, one run: for the tests that reload the module.
 /// Runs `f` with rkf_multi reloaded with `generate=0`, every function on the shared
-/// trampoline, then reloads it as it was, whatever `f` returned: `f`'s error comes first.
+/// trampoline, then reloads it with its default parameters, as the runner loaded it,
+/// however `f` ends (an error, a panic, rkf_multi unloaded by `f` itself): `f`'s error
+/// comes first.
 ///
 /// The attach storms need it: multi-threaded TCG mishandles the patching of an ftrace
 /// site that another vCPU runs in a loop (README, "Known problem"), and a function with
 /// its own trampoline has its site patched whenever its programs change.
 pub(crate) fn with_shared_only<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    use crate::kmod::{insmod, insmod_with, moddir, rmmod_wait};
+    use crate::kmod::{insmod, insmod_with, moddir, unload};
 
     const MULTI: &str = "rkf_multi";
+    /// Reloads rkf_multi with its default parameters: by `finish()`, or when dropped on
+    /// the way out of a failure or a panic.
+    struct Restore(Option<std::path::PathBuf>);
+    impl Restore {
+        fn reload(ko: &std::path::Path) -> Result<()> {
+            unload(MULTI)?;
+            insmod(ko).context("insmod rkf_multi again")
+        }
+        fn finish(mut self) -> Result<()> {
+            self.0.take().map_or(Ok(()), |ko| Self::reload(&ko))
+        }
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(ko) = self.0.take() {
+                if let Err(e) = Self::reload(&ko) {
+                    diag!("rkf_multi not restored: {e:#}");
+                }
+            }
+        }
+    }
+
     let ko = moddir()?.join(format!("{MULTI}.ko"));
-    // Programs that held it are released after grace periods: busy until then.
-    rmmod_wait(MULTI, std::time::Duration::from_secs(120))?;
+    unload(MULTI)?;
+    let restore = Restore(Some(ko.clone()));
     insmod_with(&ko, c"generate=0").context("insmod rkf_multi generate=0")?;
     let r = f();
-    let back = rmmod_wait(MULTI, std::time::Duration::from_secs(120))
-        .and_then(|()| insmod(&ko).context("insmod rkf_multi again"));
+    let back = restore.finish();
     let v = r?;
     back?;
     Ok(v)
@@ -1385,11 +1427,13 @@ pub(crate) enum Tramp {
 }
 
 impl Tramp {
-    /// The other trampolines of a run of a test: under rkf_multi as loaded (`Generated`)
-    /// and reloaded with `generate=0` (`Shared`).
+    /// Runs `f` under rkf_multi as loaded (`Generated`), then reloaded with `generate=0`
+    /// (`Shared`).
     pub(crate) fn run_both(f: impl Fn(Tramp) -> Result<()>) -> Result<()> {
-        f(Tramp::Generated)?;
-        with_shared_only(|| f(Tramp::Shared))
+        let generated = f(Tramp::Generated);
+        let shared = with_shared_only(|| f(Tramp::Shared));
+        generated.context("through generated trampolines")?;
+        shared.context("through the shared trampoline (generate=0)")
     }
 }
 
@@ -1414,6 +1458,7 @@ pub(crate) fn check_tramps(funcs: &[Func], t: Tramp, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// One link, one run: for the tests that reload the module.
 pub(crate) fn smoke() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
@@ -1526,7 +1571,7 @@ fn ioctl_fuzz() -> Result<()> {
         let mut sobj = MaybeUninit::uninit();
         let sskel = sleepable::load(&mut sobj, &[])?;
         // Programs of twelve arguments (rkf_multi_tmpl12()): a wider frame to fill, in a
-        // generated trampoline (fexit) and the shared one (a session).
+        // generated trampoline (fexit, session).
         let mut wobj = MaybeUninit::uninit();
         let wide = skeleton::load::<crate::skel::multi_wide::MultiWideSkelBuilder>(
             &mut wobj,

@@ -20,7 +20,7 @@
 //! mov qword [rbp-104+8*i], 0  (nr_args, 6 <= i < saved)   ctx[i]: no such argument
 //! mov qword [rbp-112], nr_args                  ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-120], rax          ctx[-2]: bpf_get_func_ip()
-//! [movabs rax, &inflight; lock inc qword [rax]] with fexit programs: a call in flight
+//! [movabs rax, &inflight; lock inc qword [rax]] with exit runs: a call in flight
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
@@ -121,9 +121,9 @@ pub const IS_RETURN_SHIFT: u32 = 63;
 /// ctx[-1] for session program `k` of a function of `nr_args` arguments, on entry or on
 /// `exit`: what the JIT's `invoke_bpf()` writes for an fsession program.
 pub fn session_meta(nr_args: u32, k: u32, exit: bool) -> u64 {
-    let meta = u64::from(nr_args) | u64::from(3 + k) << COOKIE_INDEX_SHIFT;
+    let meta = u64::from(nr_args) | (u64::from(3 + k) << COOKIE_INDEX_SHIFT);
     if exit {
-        meta | 1 << IS_RETURN_SHIFT
+        meta | (1 << IS_RETURN_SHIFT)
     } else {
         meta
     }
@@ -133,6 +133,7 @@ pub fn session_meta(nr_args: u32, k: u32, exit: bool) -> u64 {
 pub fn frame(sessions: u32) -> u32 {
     u32::from(FRAME) + 8 * sessions
 }
+
 /// Where the caller put the seventh argument: past the saved rbp, the return address into
 /// the function and the function's own return address.
 pub const STACK_ARGS: i8 = 24;

@@ -225,8 +225,9 @@ fn in_flight(tramp: Tramp) -> Result<()> {
         bss.task_only = true;
     }
     // The one that goes first: on entry the one that stays has the second cookie, on
-    // exit it is the first session of the function, so its exit run must find its cookie
-    // by its link, not by its place.
+    // exit it is the first session of the function in the shared trampoline's table, so
+    // there its exit run must find its cookie by its link, not by its place (a generated
+    // trampoline's exit runs are those of its own code, the entry's).
     let goes = attach(&skel.progs.session2, &read, None)?;
     let _stays = attach(&skel.progs.session0, &read, None)?;
     check_tramps(&read, tramp, "two sessions")?;

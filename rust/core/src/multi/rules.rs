@@ -24,8 +24,8 @@ pub const MAX_FUNCS: u32 = 1 << 16;
 /// The most links on one function, the limit of BPF trampolines (`BPF_MAX_TRAMP_LINKS`).
 pub const MAX_LINKS_PER_FUNC: u32 = 38;
 
-/// The most session programs on one function: the cookies of the shared trampoline's
-/// frame (`RKF_MULTI_MAX_SESSIONS`).
+/// The most session programs on one function: the cookies of the trampolines' frames
+/// (`RKF_MULTI_MAX_SESSIONS`).
 pub const MAX_SESSIONS_PER_FUNC: u32 = 8;
 
 /// The most arguments a target may take, as a BPF trampoline's (`MAX_BPF_FUNC_ARGS`): a
@@ -79,8 +79,8 @@ pub enum Reason {
     /// The program is sleepable and the function may not sleep ([`may_sleep()`])
     /// (`EINVAL`).
     MayNotSleep = 13,
-    /// Already `MAX_SESSIONS_PER_FUNC` session programs on the function: the shared
-    /// trampoline's frame has that many cookies (`E2BIG`).
+    /// Already `MAX_SESSIONS_PER_FUNC` session programs on the function: the
+    /// trampolines' frames have that many cookies (`E2BIG`).
     TooManySessions = 14,
 }
 
