@@ -568,38 +568,21 @@ proptest! {
         check(at, &on(m, tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64))));
     }
 
+    /// Exit runs: session programs, fexit programs or both, with and without fentry ones.
     #[test]
-    fn decodes_as_intended_with_fexit(
+    fn decodes_as_intended_with_exit_runs(
         nr in 0u32..=12,
         extra in 0u32..=12,
         entries in prop::collection::vec(any::<u64>(), 0..4),
-        exits in prop::collection::vec(any::<u64>(), 1..4),
+        sessions in prop::collection::vec(any::<u64>(), 0..=MAX_SESSIONS as usize),
+        exits in prop::collection::vec(any::<u64>(), 0..4),
         at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
         deltas in prop::array::uniform3(-(1i64 << 30)..(1i64 << 30)),
         addr in any::<u64>(),
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
     ) {
-        let saved = (nr + extra).min(12);
-        let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
-        let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
-        let t = tramp(nr, saved, addr, &entries, run);
-        check(at, &on(m, with_exit(t, &exits, body, run_exit)));
-    }
-
-    #[test]
-    fn decodes_as_intended_with_sessions(
-        nr in 0u32..=12,
-        extra in 0u32..=12,
-        entries in prop::collection::vec(any::<u64>(), 0..3),
-        sessions in prop::collection::vec(any::<u64>(), 1..=MAX_SESSIONS as usize),
-        exits in prop::collection::vec(any::<u64>(), 0..3),
-        at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
-        deltas in prop::array::uniform3(-(1i64 << 30)..(1i64 << 30)),
-        addr in any::<u64>(),
-        cpu in 0usize..4,
-        thunk_delta in -(1i64 << 30)..(1i64 << 30),
-    ) {
+        prop_assume!(!sessions.is_empty() || !exits.is_empty());
         let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
