@@ -4,6 +4,7 @@
 # The main job (`make run`), inside the distro kernel's VM: load the rkf modules and show them working.
 set -eu
 : "${RKF_MODDIR:?}" "${RKF_ROOT:?}" "${RKF_OUT:?}"
+source "$RKF_ROOT/tests/guest-lib.sh"
 rkf=$RKF_ROOT/target/release/rkf
 
 for m in rkf_percpu rkf_stack rkf_multi; do
@@ -75,6 +76,7 @@ run funclatency 'vfs_*' -u -d 2 -T 3
 kill "$load" 2>/dev/null || true
 wait "$load" 2>/dev/null || true
 
-for m in rkf_percpu rkf_stack rkf_multi; do
-	rmmod "$m"
-done
+# A closed link's programs, which hold rkf_multi, are released after grace periods (an
+# RCU tasks one when it retired generated trampolines): rmmod is refused until then, as
+# for any module a BPF program holds, so unload_modules retries it for a while.
+unload_modules rkf_percpu rkf_stack rkf_multi
