@@ -27,16 +27,18 @@ load_modules() {
 }
 
 # unload_modules MODULE...: rmmod each; returns 1 if one is stuck.  A module still in use
-# is tried again for 10 s: the last test's programs free their module references from
-# RCU callbacks and work items, after their fds are closed.
+# is tried again for 30 s: the last test's programs free their module references from
+# RCU callbacks and work items, after their fds are closed (a link that retired
+# generated trampolines after an RCU tasks grace period, which can take seconds under
+# TCG).
 unload_modules() {
 	local m i rc=0
 	for m in "$@"; do
-		for ((i = 0; i < 100; i++)); do
+		for ((i = 0; i < 300; i++)); do
 			rmmod "$m" 2>/dev/null && break
 			sleep 0.1
 		done
-		if ((i == 100)) && ! rmmod "$m"; then
+		if ((i == 300)) && ! rmmod "$m"; then
 			echo "# rmmod $m failed: the module is stuck"
 			rc=1
 		fi
