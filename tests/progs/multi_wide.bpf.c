@@ -3,9 +3,9 @@
  * rkf_multi selftests of programs against rkf_multi_tmpl12(), the template of twelve
  * arguments (tests/src/multi/wide.rs): an fentry, an fexit and a session program that
  * record what they see of each function, indexed by its attach cookie, and a program
- * that tail-calls one that does.  Apart from
- * multi_testmod.bpf.c, which calls rkf_testmod's kfuncs, so that the ioctl fuzz can
- * load these programs without rkf_testmod.
+ * that tail-calls one that does.  Apart from multi_testmod.bpf.c, which calls
+ * rkf_testmod's kfuncs, so that the ioctl fuzz can load these programs without
+ * rkf_testmod.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -322,14 +322,12 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             InFlight::Fexit => rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None),
         }
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let caller = rkf::multi::direct_callers()?
-            .remove("eventfd_read")
-            .unwrap_or_default();
-        check!(
-            caller.starts_with("rkf_multi_image_") == generated
-                && (generated || caller == "rkf_multi_tramp"),
-            "eventfd_read()'s direct caller: {caller}"
-        );
+        let tramp = if generated {
+            crate::multi::Tramp::Generated
+        } else {
+            crate::multi::Tramp::Shared
+        };
+        crate::multi::check_tramps(&read, tramp, "the blocked reader's function")?;
         // Enters eventfd_read() through the trampoline, fexit pending, until the test
         // writes the eventfd.
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();

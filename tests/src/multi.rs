@@ -541,24 +541,12 @@ fn generated_trampolines() -> Result<()> {
     // program on one more gives it a generated session trampoline.
     let fexit = attach(&skel.progs.count_fexit2, &funcs[..3], None)?;
     let session = attach(&skel.progs.session0, &funcs[3..4], None)?;
-    let callers = multi::direct_callers()?;
-    for f in &funcs[..3] {
-        let c = callers.get(&f.name).map(String::as_str).unwrap_or("none");
-        check!(
-            c.starts_with("rkf_multi_image_"),
-            "{} with fentry and fexit programs: direct caller {c}, not a generated trampoline",
-            f.name
-        );
-    }
-    let c = callers
-        .get(&funcs[3].name)
-        .map(String::as_str)
-        .unwrap_or("none");
-    check!(
-        c.starts_with("rkf_multi_image_"),
-        "{} with a session program: direct caller {c}, not a generated trampoline",
-        funcs[3].name
-    );
+    check_tramps(
+        &funcs[..3],
+        Tramp::Generated,
+        "with fentry and fexit programs",
+    )?;
+    check_tramps(&funcs[3..4], Tramp::Generated, "with a session program")?;
     let bss = run_once(&mut skel)?;
     check!(
         bss.counts[0][..funcs.len()].iter().all(|&c| c == 1)
@@ -641,13 +629,26 @@ fn anchor_denied() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (skel, funcs) = setup(&mut obj)?;
     let _link = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
-    let qualified = multi::qualified_name(ANCHOR, Some("rkf_multi"));
-    let callers = multi::direct_callers()?;
-    check_eq!(
-        callers.get(&qualified).map(String::as_str),
-        Some("rkf_multi_tramp"),
-        "the direct caller of {qualified} with a link attached"
-    );
+    let vmlinux = KernelBtf::vmlinux()?;
+    let btf = KernelBtf::module(&vmlinux, "rkf_multi")?;
+    let shape = btf
+        .funcs()?
+        .into_iter()
+        .find(|f| f.name == ANCHOR)
+        .with_context(|| format!("{ANCHOR} is not in rkf_multi's BTF"))?;
+    let anchor = Func {
+        addr: Kallsyms::load()?.lookup(ANCHOR, Some("rkf_multi"))?,
+        nr_args: shape.nr_params,
+        btf_id: shape.btf_id,
+        module: Some("rkf_multi".into()),
+        name: ANCHOR.into(),
+    };
+    let qualified = anchor.qualified_name();
+    check_tramps(
+        std::slice::from_ref(&anchor),
+        Tramp::Shared,
+        "the anchor with a link attached",
+    )?;
     let r = multi::resolve(&["rkf_multi:rkf_multi_*"])?;
     let denied = r
         .skipped
@@ -670,20 +671,6 @@ fn anchor_denied() -> Result<()> {
         "resolve() of the anchor: {e}"
     );
     // The kernel's own refusal, for a request that names it anyway.
-    let vmlinux = KernelBtf::vmlinux()?;
-    let btf = KernelBtf::module(&vmlinux, "rkf_multi")?;
-    let shape = btf
-        .funcs()?
-        .into_iter()
-        .find(|f| f.name == ANCHOR)
-        .with_context(|| format!("{ANCHOR} is not in rkf_multi's BTF"))?;
-    let anchor = Func {
-        addr: Kallsyms::load()?.lookup(ANCHOR, Some("rkf_multi"))?,
-        nr_args: shape.nr_params,
-        btf_id: shape.btf_id,
-        module: Some("rkf_multi".into()),
-        name: ANCHOR.into(),
-    };
     let e = Link::attach(&skel.progs.count_fentry1, &[anchor], None)
         .err()
         .context("a link on the anchor attached")?;

@@ -274,7 +274,12 @@ pub fn len(
     let regs = |n: u32| n.min(REG_ARGS) as usize;
     let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
     let sessions = exit.map_or(0, |(s, _)| s as usize);
-    let sub = if frame(sessions as u32) > 127 { 7 } else { 4 };
+    // sub rsp, imm8 (sign-extended) or imm32.
+    let sub = if i8::try_from(frame(sessions as u32)).is_ok() {
+        4
+    } else {
+        7
+    };
     let head = a + 4 + sub + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
     let mut entry = prog * nr_entry as usize + 4 * regs(nr_args);
     if sessions > 0 {
@@ -324,9 +329,9 @@ pub fn ret_slots(nr_args: u32) -> ([i8; 2], usize) {
 /// `ctx[nr_args]` (`bpf_get_func_ret()`; `RET` itself for a function of twelve) and
 /// `ctx[6]` below six arguments, as [`ret_slots()`] gives them on exit.
 pub fn entry_ret_slots(nr_args: u32) -> ([i8; 2], usize) {
-    match nr_args {
-        n if n < REG_ARGS => ([CTX + 8 * n as i8, RET6], 2),
-        n => ([CTX + 8 * n.min(MAX_ARGS) as i8, 0], 1),
+    match ret_slots(nr_args) {
+        (_, 0) => ([RET, 0], 1),
+        slots => slots,
     }
 }
 
@@ -410,9 +415,7 @@ impl Out<'_> {
         }
         Ok(())
     }
-}
 
-impl Out<'_> {
     /// The entry or `exit` runs of the session programs `slots` of a function of
     /// `nr_args` arguments through `run`, each with its ctx[-1].
     fn sessions(
@@ -465,11 +468,12 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let sessions = t.exit.map_or(&[][..], |e| e.sessions);
     // push rbp; mov rbp, rsp; sub rsp, frame
     o.bytes(&[0x55, 0x48, 0x89, 0xe5]);
-    match u8::try_from(frame(sessions.len() as u32)) {
-        Ok(f @ 0..=127) => o.bytes(&[0x48, 0x83, 0xec, f]),
-        _ => {
+    let size = frame(sessions.len() as u32);
+    match i8::try_from(size) {
+        Ok(f) => o.bytes(&[0x48, 0x83, 0xec, f as u8]),
+        Err(_) => {
             o.bytes(&[0x48, 0x81, 0xec]);
-            o.u32(frame(sessions.len() as u32));
+            o.u32(size);
         }
     }
     for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {

@@ -521,14 +521,14 @@ fn refusals() {
 
 #[test]
 fn session_frame_and_meta() {
-    // Each session's cookie is in its trampoline's frame, the last at its bottom; the
-    // frame without sessions holds none.
     // Fixed values, as include/linux/bpf.h and c-shim/rkf.h have them.
     assert_eq!((frame(0), frame(1), frame(8)), (120, 128, 184));
     assert_eq!(COOKIES, -128);
     assert_eq!(session_meta(2, 0, false), 0x302);
     assert_eq!(session_meta(12, 7, true), 0x8000_0000_0000_0a0c);
     assert_eq!(frame(0), u32::from(FRAME));
+    // Each session's cookie is in its trampoline's frame, the last at its bottom; the
+    // frame without sessions holds none.
     for n in 1..=MAX_SESSIONS {
         assert_eq!(
             COOKIES - 8 * (n as i32 - 1),

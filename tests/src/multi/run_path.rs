@@ -392,7 +392,7 @@ fn stats_kept(tramp: Tramp) -> Result<()> {
         let what = format!("{kind} ({tramp:?} trampoline)");
         let (runs, ns) = run_stats(*id)?;
         // A session program runs twice a call: on entry and on exit.
-        let per_call = if what.starts_with("session") { 2 } else { 1 };
+        let per_call = if kind == "session" { 2 } else { 1 };
         check_eq!(
             runs,
             per_call * RUNS as u64,
