@@ -285,8 +285,8 @@ struct rkf_multi_prog {
  * @ctx_args:  the argument slots of ctx its trampoline fills: @nr_args, or more if one
  *             of its programs reads more (rkf_multi_prog_ctx_args()), at most
  *             RKF_MULTI_MAX_ARGS; the slots past @nr_args are 0 on entry
- * @sleepable: 1 if one of its programs is sleepable: it then takes the shared trampoline,
- *             which runs its sleepable programs under RCU tasks trace instead of RCU
+ * @sleepable: 1 if one of its programs is sleepable, which runs under RCU tasks trace
+ *             instead of RCU
  * @nr_session: session programs (at most RKF_MULTI_MAX_SESSIONS), after the fentry ones
  * @nr_fentry: fentry programs, in @first.., in attach order
  * @nr_progs:  all programs: the session ones follow the fentry ones, and the fexit ones
@@ -352,6 +352,7 @@ u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
 void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx);
+void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
 __rkf_safe void rkf_multi_wait_frames(void);
 
@@ -400,7 +401,12 @@ void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 /* Deep enough for stacks past perf_event_max_stack, shallow for a 16 KiB kernel stack. */
 #define RKF_TESTMOD_MAX_DEPTH 256
 
+/* The longest bpf_rkf_testmod_wait_release() sleeps, in seconds. */
+#define RKF_TESTMOD_WAIT_MAX 120
+
+/* For syscall programs; for tracing programs, sleepable ones. */
 extern const struct btf_kfunc_id_set rkf_testmod_kfunc_set;
+extern const struct btf_kfunc_id_set rkf_testmod_sleep_kfunc_set;
 
 u64 rkf_testmod_leaf(u64 depth);
 u64 rkf_testmod_recurse(u32 depth);

@@ -5,15 +5,15 @@
  * it and naming it for kallsyms, perf and the unwinder take the BPF JIT's own helpers,
  * and kfree_rcu() is a macro.
  *
- * An image with exit runs (fexit or session programs) counts the calls in flight inside
- * its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
- * __bpf_tramp_exit()): a task may sleep there for any time with a return address into
- * the image on its stack.  Once no site calls it any more it is retired here, and freed
- * only once the count is 0 and an RCU tasks grace period has passed.  When rkf_multi
- * unloads, an image some call never came back to (the task exited inside the function,
- * or still sleeps there) is declared dead: such a call then returns through it calling
- * nothing, and the image is left behind, as the kernel leaves a BPF trampoline's image
- * behind in that case.
+ * An image with exits (fexit, session or sleepable programs) counts the calls in flight
+ * inside its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
+ * __bpf_tramp_exit()): a task may sleep there, or in a sleepable program, for any time
+ * with a return address into the image on its stack.  Once no site calls it any more
+ * it is retired here, and freed only once the count is 0 and an RCU tasks grace period
+ * has passed.  When rkf_multi unloads, an image some call never came back to (the task
+ * exited inside the function, or still sleeps there) is declared dead: such a call then
+ * returns through it calling nothing, and the image is left behind, as the kernel
+ * leaves a BPF trampoline's image behind in that case.
  */
 
 #include <linux/bpf.h>
@@ -287,7 +287,9 @@ void rkf_multi_image_drain_exit(void)
 		return;
 	/*
 	 * A call that read the flag before it was set may be running exit runs:
-	 * rkf_multi's code and the garbage.  It cannot sleep there.
+	 * rkf_multi's code and the garbage.  It cannot sleep there: every link is detached
+	 * by now, after its sleepable programs' runs ended (an RCU tasks trace grace
+	 * period), and a run that may sleep checks that first.
 	 */
 	synchronize_rcu_tasks();
 	list_for_each_entry(im, &busy, drain) {

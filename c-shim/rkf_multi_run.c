@@ -564,6 +564,39 @@ notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
 }
 
 /**
+ * rkf_multi_run_sleepable_slot() - run one program of a function with sleepable programs,
+ * on entry or on exit, for a generated trampoline
+ * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
+ * @ctx: the trampoline's frame
+ *
+ * The trampoline counts the call in flight from entry to return, so its image and slots
+ * outlive a task asleep here.  Not the programs: a link detached meanwhile runs no
+ * more, which is checked under RCU and RCU tasks trace both, as rkf_multi_run_sleepable()
+ * does for the shared trampoline.  A sleepable program then runs under RCU tasks trace
+ * alone, without migration, as __bpf_prog_enter_sleepable_recur() runs it: its link is
+ * freed after an RCU tasks trace grace period, its table having had a sleepable program
+ * (rust/multi/registry.rs).  Any other program runs under RCU, which is all its link's
+ * free waits for.
+ */
+notrace void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
+{
+	rcu_read_lock_trace();
+	rkf_multi_run_lock();
+	if (unlikely(READ_ONCE(*p->detached))) {
+		rkf_multi_run_unlock();
+	} else if (!p->prog->sleepable) {
+		rkf_multi_run(p, ctx);
+		rkf_multi_run_unlock();
+	} else {
+		rkf_multi_run_unlock();
+		migrate_disable();
+		rkf_multi_run(p, ctx);
+		migrate_enable();
+	}
+	rcu_read_unlock_trace();
+}
+
+/**
  * rkf_multi_publish() - make @table the one the shared trampoline reads
  * @table: the new table, or NULL
  *

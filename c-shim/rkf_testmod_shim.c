@@ -8,8 +8,10 @@
  * programs take kernel stacks of a chosen depth.  bpf_rkf_testmod_multi_run() calls
  * rkf_multi's test targets in a module, rkf_testmod_multi_test*(), with known arguments
  * and checks what they return, as net/bpf/test_run.c does with bpf_fentry_test*() for
- * vmlinux.  These must be C: fentry and rkf_multi attach through the function's BTF, and
- * Rust code has none.
+ * vmlinux.  bpf_rkf_testmod_wait_release(), a sleepable kfunc for tracing programs, sleeps
+ * until the module parameter "release" is set: a sleepable program asleep for as long
+ * as a test wants.  These must be C: fentry and rkf_multi attach through the function's
+ * BTF, and Rust code has none; kfuncs are C entry points.
  */
 
 #include <linux/bits.h>
@@ -17,6 +19,10 @@
 #include <linux/btf.h>
 #include <linux/btf_ids.h>
 #include <linux/compiler.h>
+#include <linux/delay.h>
+#include <linux/jiffies.h>
+#include <linux/moduleparam.h>
+#include <linux/sched.h>
 
 #include "rkf.h"
 
@@ -105,6 +111,10 @@ noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k + l;
 }
 
+static bool rkf_testmod_release;
+module_param_named(release, rkf_testmod_release, bool, 0600);
+MODULE_PARM_DESC(release, "Wakes the programs asleep in bpf_rkf_testmod_wait_release()");
+
 __bpf_kfunc_start_defs();
 
 /**
@@ -176,6 +186,29 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
 	return bad;
 }
 
+/**
+ * bpf_rkf_testmod_wait_release() - sleep until the module parameter "release" is set
+ *
+ * For sleepable tracing programs: a program asleep for as long as a test wants, which
+ * sets the parameter once it has seen what it looks for.  Looks every 10 ms, for at most
+ * RKF_TESTMOD_WAIT_MAX seconds.
+ *
+ * Return: 0 once released, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX seconds, or -EINTR if
+ * the task has a signal pending.
+ */
+__bpf_kfunc int bpf_rkf_testmod_wait_release(void)
+{
+	unsigned long end = jiffies + RKF_TESTMOD_WAIT_MAX * HZ;
+
+	while (!READ_ONCE(rkf_testmod_release)) {
+		if (time_after(jiffies, end))
+			return -ETIMEDOUT;
+		if (msleep_interruptible(10))
+			return -EINTR;
+	}
+	return 0;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(rkf_testmod_kfunc_ids)
@@ -187,4 +220,13 @@ BTF_KFUNCS_END(rkf_testmod_kfunc_ids)
 const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {
 	.owner = THIS_MODULE,
 	.set = &rkf_testmod_kfunc_ids,
+};
+
+BTF_KFUNCS_START(rkf_testmod_sleep_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_release, KF_SLEEPABLE)
+BTF_KFUNCS_END(rkf_testmod_sleep_kfunc_ids)
+
+const struct btf_kfunc_id_set rkf_testmod_sleep_kfunc_set = {
+	.owner = THIS_MODULE,
+	.set = &rkf_testmod_sleep_kfunc_ids,
 };

@@ -4,8 +4,10 @@
 //! `bpf_testmod` is for the upstream BPF selftests.  Not for production kernels.
 //!
 //! It registers `bpf_rkf_testmod_recurse()` for syscall programs: a kernel stack of a
-//! chosen depth, ending in `rkf_testmod_leaf()` where fentry programs attach.  The
-//! functions are in c-shim/rkf_testmod_shim.c, because fentry needs their BTF.
+//! chosen depth, ending in `rkf_testmod_leaf()` where fentry programs attach; and
+//! `bpf_rkf_testmod_wait_release()` for sleepable tracing programs, which sleeps until
+//! the module parameter `release` is set.  The functions are in
+//! c-shim/rkf_testmod_shim.c, because fentry needs their BTF.
 
 use kernel::prelude::*;
 
@@ -28,10 +30,16 @@ mod rkf_h;
 
 use kfunc::{KfuncRegistration, KfuncSet, ProgType};
 
-/// The kfunc set of rkf_testmod (`rkf_testmod_kfunc_set`).
+/// The kfunc set of rkf_testmod for syscall programs (`rkf_testmod_kfunc_set`).
 static KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_testmod_kfunc_set` as a const object, never written.
     KfuncSet::new(unsafe { &rkf_h::rkf_testmod_kfunc_set });
+
+/// The kfunc set of rkf_testmod for tracing programs (`rkf_testmod_sleep_kfunc_set`).
+static SLEEP_KFUNCS: KfuncSet =
+    // SAFETY: the shim defines `rkf_testmod_sleep_kfunc_set` as a const object, never
+    // written.
+    KfuncSet::new(unsafe { &rkf_h::rkf_testmod_sleep_kfunc_set });
 
 module! {
     type: RkfTestmod,
@@ -43,11 +51,16 @@ module! {
 
 struct RkfTestmod {
     _kfuncs: KfuncRegistration,
+    _sleep_kfuncs: KfuncRegistration,
 }
 
 impl kernel::Module for RkfTestmod {
     fn init(module: &'static ThisModule) -> Result<Self> {
         let kfuncs = KfuncRegistration::new(module, &KFUNCS, &[ProgType::Syscall])?;
-        Ok(Self { _kfuncs: kfuncs })
+        let sleep_kfuncs = KfuncRegistration::new(module, &SLEEP_KFUNCS, &[ProgType::Tracing])?;
+        Ok(Self {
+            _kfuncs: kfuncs,
+            _sleep_kfuncs: sleep_kfuncs,
+        })
     }
 }

@@ -140,6 +140,9 @@ unsafe extern "C" {
     pub fn rkf_multi_run_exit(p: *const rkf_multi_prog, ctx: *mut u64_);
 }
 unsafe extern "C" {
+    pub fn rkf_multi_run_sleepable_slot(p: *const rkf_multi_prog, ctx: *mut u64_);
+}
+unsafe extern "C" {
     pub fn rkf_multi_publish(table: *const rkf_multi_table) -> *const rkf_multi_table;
 }
 unsafe extern "C" {

@@ -6,8 +6,12 @@
 use kernel::{bindings::*, ffi};
 
 pub const RKF_TESTMOD_MAX_DEPTH: u32 = 256;
+pub const RKF_TESTMOD_WAIT_MAX: u32 = 120;
 unsafe extern "C" {
     pub static rkf_testmod_kfunc_set: btf_kfunc_id_set;
+}
+unsafe extern "C" {
+    pub static rkf_testmod_sleep_kfunc_set: btf_kfunc_id_set;
 }
 unsafe extern "C" {
     pub fn rkf_testmod_leaf(depth: u64_) -> u64_;

@@ -44,15 +44,16 @@ impl Trampoline {
 /// is `Some` until it is dropped.  Its code is entered only while a table holds the
 /// image: tables are dropped only after every site left the trampolines only they hold
 /// and no task can be entering them (a deferred free with `tasks`), or, for a table never
-/// published, before any site called them.  An image with exit runs (`exit`: fexit or
-/// session programs) may still have calls in flight inside their functions then:
-/// c-shim/rkf_multi_image.c frees it, and `data`, once they have all come back.
+/// published, before any site called them.  An image with exits (`exit`: fexit, session
+/// or sleepable programs) may still have calls in flight inside their functions, or
+/// asleep in a sleepable program, then: c-shim/rkf_multi_image.c frees it, and `data`,
+/// once they have all come back.
 pub(crate) struct Image {
     ptr: *mut rkf_h::rkf_multi_image,
     data: Option<KBox<ImageData>>,
     /// Functions whose trampolines were generated into it.
     funcs: u32,
-    /// Whether it has trampolines with exit runs, which count the calls in flight.
+    /// Whether it has trampolines with an exit, which count the calls in flight.
     exit: bool,
 }
 
@@ -60,16 +61,18 @@ pub(crate) struct Image {
 struct ImageData {
     /// The programs, by address: `struct rkf_multi_prog`.  Never resized.
     slots: KVVec<rkf_h::rkf_multi_prog>,
-    /// The detached flags of the links at the time, which the exit runs' slots name: a call
-    /// in flight reads its slot's on the way out, however long after the link went.
+    /// The detached flags of the links at the time, which the slots name: a call in
+    /// flight reads its slot's on the way out (and, past a sleepable program, on the way
+    /// in), however long after the link went.
     _detached: KVVec<Arc<Atomic<bool>>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
 // its calls in flight came back); its slots name programs and counters that outlive the
-// runs of them: entry runs only while a table holds the image, exit runs only while
-// their link's flag, read under RCU, says attached (a link is freed an RCU grace period
-// after it was marked).
+// runs of them: entry runs only while a table holds the image, exit runs (and every run
+// of a function with a sleepable program) only while their link's flag, read under RCU
+// (and RCU tasks trace), says attached (a link is freed an RCU grace period after it was
+// marked, and an RCU tasks trace one if it or a program beside it is sleepable).
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
@@ -94,12 +97,12 @@ impl Drop for Image {
             return;
         }
         // SAFETY: this object owns the image and no code runs in it any more (type
-        // invariant: it has no exit runs, so no call stays inside it).
+        // invariant: it has no exit, so no call stays inside it).
         unsafe { rkf_h::rkf_multi_image_free(self.ptr) };
     }
 }
 
-/// Frees what an image with exit runs named, once it was drained.
+/// Frees what an image with exits named, once it was drained.
 ///
 /// # Safety
 ///
@@ -110,7 +113,7 @@ unsafe extern "C" fn free_data(data: *mut c_void) {
     drop(unsafe { KBox::from_raw(data.cast::<ImageData>()) });
 }
 
-/// The retired images with exit runs: at unload, the ones no call is in any more
+/// The retired images with exits: at unload, the ones no call is in any more
 /// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
 pub(crate) struct ImageDrain;
 
@@ -139,13 +142,34 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) nr_fentry: usize,
     /// How many of them are session programs, after the fentry ones.
     pub(crate) nr_session: usize,
+    /// Whether one of them is sleepable.
+    pub(crate) sleepable: bool,
 }
 
 impl FuncCode<'_> {
-    /// The shape of its exit, if it has one: its session and fexit programs.
+    /// The shape of its exit, if it has one: its session and fexit programs.  A function
+    /// with a sleepable program has one even without them, so that its calls are counted
+    /// in flight while a program sleeps.
     fn exit(&self) -> Option<(u32, u32)> {
         let nr_fexit = self.progs.len() - self.nr_fentry - self.nr_session;
-        (self.nr_session + nr_fexit > 0).then_some((self.nr_session as u32, nr_fexit as u32))
+        (self.nr_session + nr_fexit > 0 || self.sleepable)
+            .then_some((self.nr_session as u32, nr_fexit as u32))
+    }
+
+    /// What it runs its entry and exit runs through (c-shim/rkf_multi_run.c).
+    fn runners(&self) -> (u64, u64) {
+        let addr = |f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64)| {
+            f as *const () as usize as u64
+        };
+        if self.sleepable {
+            let any = addr(rkf_h::rkf_multi_run_sleepable_slot);
+            (any, any)
+        } else {
+            (
+                addr(rkf_h::rkf_multi_run_prog),
+                addr(rkf_h::rkf_multi_run_exit),
+            )
+        }
     }
 }
 
@@ -243,8 +267,6 @@ pub(crate) fn generate(
     let slots = image.data.as_ref().map_or(&[][..], |d| &d.slots[..]);
     // int3 between the trampolines.
     let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
-    let run = rkf_h::rkf_multi_run_prog as *const () as usize as u64;
-    let run_exit = rkf_h::rkf_multi_run_exit as *const () as usize as u64;
     let mut first_slot = 0usize;
     let mut slot_addrs = KVVec::<u64>::new();
     for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
@@ -262,6 +284,7 @@ pub(crate) fn generate(
         first_slot += n;
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
+        let (run, run_exit) = f.runners();
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,

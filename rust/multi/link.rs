@@ -32,8 +32,8 @@ pub(crate) struct Link {
     pub(crate) prog_id: u32,
     /// What the program runs on.
     pub(crate) kind: Kind,
-    /// A sleepable program: its functions take the shared trampoline, and what its runs
-    /// read is freed after an RCU tasks trace grace period too.
+    /// A sleepable program: what its runs read is freed after an RCU tasks trace grace
+    /// period too.
     pub(crate) sleepable: bool,
     /// Sorted by site.
     pub(crate) targets: KVVec<Target>,

@@ -62,8 +62,8 @@ fn progs_of<'a>(
 
 impl Table {
     /// Builds the table of `links`, or `None` if there is nothing to trace.  Functions
-    /// whose programs are not sleepable keep their trampoline from `old` if their
-    /// programs did not change, or get a new one, generated in one image.
+    /// keep their trampoline from `old` if their programs did not change, or get a new
+    /// one, generated in one image (with `generate=0`, the shared one).
     pub(crate) fn build(
         links: &[Link],
         old: Option<&Table>,
@@ -242,10 +242,10 @@ fn trampolines(
     // (they get new trampolines), so images hold at most twice the live code.
     let mut kept = KVVec::<(*const Image, u32)>::new();
     let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // Functions whose programs are not sleepable get their own trampoline.
-    let own = |f: &rkf_h::rkf_multi_func| gen.enabled && f.sleepable == 0;
+    // Every function gets its own trampoline, unless the module was told otherwise.
+    let own = gen.enabled;
     for f in funcs {
-        let cand = if own(f) {
+        let cand = if own {
             old.and_then(|o| o.reusable(f, progs_of(progs, f)))
         } else {
             None
@@ -260,7 +260,7 @@ fn trampolines(
         cands.push(cand, GFP_KERNEL)?;
     }
     let mut fresh = KVVec::<u32>::new();
-    for (i, (f, cand)) in funcs.iter().zip(cands).enumerate() {
+    for (i, cand) in cands.into_iter().enumerate() {
         let t = match cand {
             Some(Trampoline::Generated { image, addr })
                 if kept
@@ -270,7 +270,7 @@ fn trampolines(
                 Trampoline::Generated { image, addr }
             }
             _ => {
-                if own(f) {
+                if own {
                     fresh.push(i as u32, GFP_KERNEL)?;
                 }
                 Trampoline::Shared
@@ -292,6 +292,7 @@ fn trampolines(
                     progs: progs_of(progs, f),
                     nr_fentry: f.nr_fentry as usize,
                     nr_session: f.nr_session.into(),
+                    sleepable: f.sleepable != 0,
                 },
                 GFP_KERNEL,
             )?;

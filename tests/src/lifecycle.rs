@@ -12,6 +12,8 @@ use std::{
 use anyhow::{Context, Result};
 use rkf::skeleton;
 
+mod asleep;
+
 use crate::{
     check, check_eq, diag,
     harness::Test,
@@ -59,6 +61,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_rmmod_with_session_in_flight",
         run: || multi_rmmod_in_flight(InFlight::Session),
+    },
+    Test {
+        name: "multi_sleepable_program_asleep_detach_and_rmmod",
+        run: asleep::sleepable_program_asleep,
     },
 ];
 
@@ -213,7 +219,7 @@ fn other_kernel_refused() -> Result<()> {
     )
 }
 
-const MULTI: &str = "rkf_multi";
+pub(crate) const MULTI: &str = "rkf_multi";
 
 /// rmmod of `module` must fail with EAGAIN ("in use") because `why`.
 fn rmmod_refused(module: &str, why: &str) -> Result<()> {
@@ -275,9 +281,9 @@ fn multi_traced_module_pinned() -> Result<()> {
 /// rmmod right after heavy fexit traffic, with a task blocked inside a traced function,
 /// its call in flight.
 ///
-/// Through the shared trampoline (`Shared`: rkf_multi loaded with `generate=0`, as a
-/// sleepable program would take it), the unload waits for the task to come back through
-/// the trampoline's module text, which then runs no program, and nothing breaks.
+/// Through the shared trampoline (`Shared`: rkf_multi loaded with `generate=0`), the
+/// unload waits for the task to come back through the trampoline's module text, which
+/// then runs no program, and nothing breaks.
 /// Through a generated fexit or session trampoline (`Fexit`, `Session`), BPF text
 /// outside the module, the unload does not wait: the image is declared dead and left
 /// behind (kallsyms names it rkf_multi_leaked_<n>, dmesg says so), and the task comes
@@ -509,7 +515,7 @@ pub(crate) fn kernel_stack(tid: i32) -> Result<Vec<String>> {
 
 /// The state of module `name` (/sys/module/NAME/initstate: live, coming, going), or
 /// `None` once it is gone.
-fn module_state(name: &str) -> Result<Option<String>> {
+pub(crate) fn module_state(name: &str) -> Result<Option<String>> {
     match std::fs::read_to_string(format!("/sys/module/{name}/initstate")) {
         Ok(s) => Ok(Some(s.trim().to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -25,6 +25,9 @@ mod skel {
     pub mod multi {
         include!(concat!(env!("OUT_DIR"), "/multi.skel.rs"));
     }
+    pub mod multi_asleep {
+        include!(concat!(env!("OUT_DIR"), "/multi_asleep.skel.rs"));
+    }
     pub mod multi_sleepable {
         include!(concat!(env!("OUT_DIR"), "/multi_sleepable.skel.rs"));
     }

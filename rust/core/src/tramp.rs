@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! rkf_multi's per-function trampolines: x86-64 code generated for each traced function
-//! whose programs are fentry, fexit and session ones, none sleepable.
+//! rkf_multi's per-function trampolines: x86-64 code generated for each traced function,
+//! whatever its programs (fentry, fexit, session, sleepable or not).
 //!
-//! The shared trampoline (c-shim/rkf_multi_tramp.S) serves every function: it saves all
+//! The shared trampoline (c-shim/rkf_multi_tramp.S) can serve every function: it saves all
 //! six argument registers, looks the function up in a hash index and loops over its
-//! programs, about twice what a BPF trampoline costs.  A function whose programs are not
-//! sleepable gets its own code instead, as a BPF trampoline does
+//! programs, about twice what a BPF trampoline costs.  A function gets its own code
+//! instead, as a BPF trampoline does
 //! (arch/x86/net/bpf_jit_comp.c), with its argument count, its address and its programs
 //! built in:
 //!
@@ -20,7 +20,7 @@
 //! mov qword [rbp-104+8*i], 0  (nr_args, 6 <= i < saved)   ctx[i]: no such argument
 //! mov qword [rbp-112], nr_args                  ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-120], rax          ctx[-2]: bpf_get_func_ip()
-//! [movabs rax, &inflight; lock inc qword [rax]] with exit runs: a call in flight
+//! [movabs rax, &inflight; lock inc qword [rax]] with an exit: a call in flight
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
@@ -32,7 +32,7 @@
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
 //!         [account]; call run                   run(slot, ctx)
 //! mov <arg i>, [rbp-104+8*i]  (i < nr_args, i < 6)
-//! with session or fexit programs:
+//! with an exit (session, fexit or sleepable programs):
 //!     push qword [rbp+24+8*(i-6)]  (i = nr_args - 1 down to 6)   the stack arguments
 //!     [account]; call <site + 5>                the rest of the function
 //!     [add rsp, 8*(nr_args-6)]
@@ -67,7 +67,11 @@
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
 //! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
 //! have slept in the function for any time: it first checks that the slot's link is
-//! still attached.  Session programs run as the JIT runs fsession programs
+//! still attached.  A function with a sleepable program has an exit even without exit
+//! runs, so that its calls are counted in flight from entry to return: a task may sleep
+//! inside a program as inside the function, and RCU tasks takes a sleeping task for one
+//! outside the code; both its `run` and its `run_exit` then check the link and run a
+//! sleepable program under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session programs run as the JIT runs fsession programs
 //! (`invoke_bpf()`): ctx[-1] carries the argument count, the index of the program's
 //! cookie (`bpf_session_cookie()` is `&ctx[-index]`, inlined by the verifier) and on exit
 //! the is-return bit (`bpf_session_is_return()`); each cookie is zeroed on entry and
@@ -189,10 +193,12 @@ impl Mitigations {
     }
 }
 
-/// What a trampoline does after its fentry programs when the function has session or
-/// fexit programs: it runs the sessions' entry runs, calls the rest of the function
-/// itself, as a BPF trampoline with `BPF_TRAMP_F_CALL_ORIG` does, then runs the sessions'
-/// exit runs and the fexit programs.
+/// What a trampoline does after its fentry programs when the function has session,
+/// fexit or sleepable programs: it runs the sessions' entry runs, calls the rest of the
+/// function itself, as a BPF trampoline with `BPF_TRAMP_F_CALL_ORIG` does, then runs the
+/// sessions' exit runs and the fexit programs, with the call counted in flight
+/// throughout.  It may have no exit run (a function whose only programs are sleepable
+/// fentry ones) but not no program at all.
 #[derive(Clone, Copy, Debug)]
 pub struct Exit<'a> {
     /// The address of each session program's slot, in the order they run (at most
@@ -225,7 +231,8 @@ pub struct Spec<'a> {
     pub slots: &'a [u64],
     /// The address of `rkf_multi_run_prog()`.
     pub run: u64,
-    /// For a function with session or fexit programs: calling it and running them.
+    /// For a function with session, fexit or sleepable programs: calling it and running
+    /// its exit runs, the call counted in flight.
     pub exit: Option<Exit<'a>>,
     /// What the cpu wants of the code.
     pub mitigations: Mitigations,
@@ -235,7 +242,7 @@ pub struct Spec<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitError {
     /// More than [`MAX_ARGS`] slots, fewer filled than arguments, more than
-    /// [`MAX_SESSIONS`] sessions, no program, or an exit with no program.
+    /// [`MAX_SESSIONS`] sessions, or no program.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -443,12 +450,15 @@ impl Out<'_> {
 /// discarded.
 pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let (n, saved, m) = (t.nr_args as usize, t.saved as usize, &t.mitigations);
-    let empty = |e: &Exit<'_>| e.slots.is_empty() && e.sessions.is_empty();
-    if saved > MAX_ARGS as usize || n > saved || (t.slots.is_empty() && t.exit.is_none()) {
+    let no_exit_run = |e: Exit<'_>| e.slots.is_empty() && e.sessions.is_empty();
+    if saved > MAX_ARGS as usize
+        || n > saved
+        || (t.slots.is_empty() && t.exit.is_none_or(no_exit_run))
+    {
         return Err(EmitError::BadShape);
     }
     if t.exit
-        .is_some_and(|e| empty(&e) || e.sessions.len() > MAX_SESSIONS as usize)
+        .is_some_and(|e| e.sessions.len() > MAX_SESSIONS as usize)
     {
         return Err(EmitError::BadShape);
     }

@@ -362,6 +362,10 @@ fn every_arg_count() {
                 check(at, &on(m, with_exit(t, &exits, body, run_exit)));
                 let t = tramp(nr, saved, addr, &[], run);
                 check(at, &on(m, with_exit(t, &exits[..1], body, run_exit)));
+                // Sleepable fentry programs alone: the call counted in flight, no exit
+                // run.
+                let t = tramp(nr, saved, addr, &slots[..2], run);
+                check(at, &on(m, with_exit(t, &[], body, run_exit)));
                 // Session programs: alone, the most a function has, with fentry and
                 // fexit programs around them.
                 let t = tramp(nr, saved, addr, &[], run);
@@ -456,19 +460,27 @@ fn refusals() {
         emit(&mut fb, at, &on(failing, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::Accounting)
     );
-    // fexit: no program at all, or an exit with none, is refused; the body and the exit
-    // run must be in reach.
+    // fexit: no program at all is refused, an exit without exit runs after fentry ones
+    // (sleepable ones, counted in flight) is not; the body and the exit run must be in
+    // reach.
     let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), &Mitigations::default())];
     assert_eq!(
         bad(&mut xb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
         Err(EmitError::BadShape)
     );
+    let mut eb = vec![0u8; len(1, 1, 0, Some((0, 0)), &Mitigations::default())];
+    assert_eq!(
+        bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
+        Err(EmitError::BadShape)
+    );
+    check(at, &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at));
+    // Its exit makes it longer than the same fentry program's without.
     assert_eq!(
         bad(
             &mut buf,
             &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at)
         ),
-        Err(EmitError::BadShape)
+        Err(EmitError::BadBuffer)
     );
     assert_eq!(
         bad(
@@ -582,7 +594,8 @@ proptest! {
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
     ) {
-        prop_assume!(!sessions.is_empty() || !exits.is_empty());
+        // An exit may have no exit run (sleepable fentry programs), not no program.
+        prop_assume!(!entries.is_empty() || !sessions.is_empty() || !exits.is_empty());
         let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));

@@ -6,7 +6,7 @@
 //! function, `bpf_session_is_return()` telling the runs apart and `bpf_session_cookie()`
 //! carrying a value from the entry run to the exit run of the same call.  Each test runs
 //! through generated session trampolines, then through the shared trampoline (rkf_multi
-//! reloaded with `generate=0`, as functions with a sleepable program take it).
+//! reloaded with `generate=0`).
 
 use std::{mem::MaybeUninit, time::Duration};
 

@@ -10,7 +10,7 @@ use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsFd, ptr};
 
 use anyhow::{bail, Context, Result};
 
-use super::attach;
+use super::{attach, check_tramps, Tramp};
 use crate::{
     check, check_eq, diag,
     skel::multi_sleepable::{types::bss, MultiSleepableSkel, MultiSleepableSkelBuilder},
@@ -171,13 +171,19 @@ impl Drop for Page {
 /// per call of this thread, and reads back on exit the cookie it wrote on entry (the
 /// sleepable one has the second cookie); the return value is 0 on entry and the
 /// syscall's on exit; on entry the sleepable one copies write(2)'s buffer with
-/// `bpf_copy_from_user()`, also from a page that is not present.
+/// `bpf_copy_from_user()`, also from a page that is not present.  Through generated
+/// trampolines, then through the shared one.
 pub(super) fn sleepable_session() -> Result<()> {
+    Tramp::run_both(session_through)
+}
+
+fn session_through(tramp: Tramp) -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
     let plain = attach(&skel.progs.plain_session, &funcs, None)?;
     let session = attach(&skel.progs.sleepable_session, &funcs, None)?;
+    check_tramps(&funcs, tramp, "fsession and fsession.s")?;
     check_eq!(plain.info()?.kind, Kind::Session, "the plain link's kind");
     check_eq!(session.info()?.kind, Kind::Session, "the link's kind");
     let null = File::options().write(true).open("/dev/null")?;
@@ -256,8 +262,13 @@ pub(super) fn sleepable_session() -> Result<()> {
 /// that order, so run in that order) on write(2) and getpgid(2): exact hits for this
 /// thread's calls, cookies, return values, and the buffer copied by each; then writes
 /// from a page that is not present, which only the sleepable programs can read (faulting
-/// it in), and the links' counters.
+/// it in), and the links' counters.  Through generated trampolines, then through the
+/// shared one.
 pub(super) fn sleepable_fentry_fexit() -> Result<()> {
+    Tramp::run_both(fentry_fexit_through)
+}
+
+fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
@@ -266,6 +277,7 @@ pub(super) fn sleepable_fentry_fexit() -> Result<()> {
     let plain = attach(&skel.progs.plain_fentry, &funcs, None)?;
     let fentry = attach(&skel.progs.sleepable_fentry, &funcs, Some(&fentry_cookies))?;
     let fexit = attach(&skel.progs.sleepable_fexit, &funcs, Some(&fexit_cookies))?;
+    check_tramps(&funcs, tramp, "fentry, fentry.s and fexit.s")?;
     let null = File::options().write(true).open("/dev/null")?;
 
     // This thread writes nothing else (no diagnostics) until the records are read.
@@ -419,9 +431,8 @@ pub(super) fn sleepable_refusals() -> Result<()> {
 /// it again in the other must run its programs under the right lock (the sanitizers of
 /// the test kernel watch).  rkf_multi is reloaded with `generate=0`, which keeps both on
 /// the shared trampoline, so that this changes the table only, not the call at the
-/// functions' ftrace sites (see the README's Known problem; without sleepable programs,
-/// getpgid(2) would take a generated trampoline, which changes with its programs).  A
-/// sleepable program runs without migration but
+/// functions' ftrace sites (see the README's Known problem: generated trampolines
+/// change with a function's programs).  A sleepable program runs without migration but
 /// preemptible, so another task preempted inside it on the same cpu makes a run a miss
 /// (as for the kernel's sleepable trampolines): one caller, and functions no other task
 /// of the VM calls, keep every run a hit.

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rkf_multi selftest of a sleepable program asleep: on one task's call of the traced
+ * function, an fentry.s program sleeps in rkf_testmod's bpf_rkf_testmod_wait_release()
+ * until the test sets the module parameter "release"; a non-sleepable fexit program on
+ * the same function records the call's return.  Needs rkf_testmod.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "rkf.bpf.h"
+
+extern int bpf_rkf_testmod_wait_release(void) __ksym;
+
+/* Input: the task whose call sleeps. */
+__u32 target_pid;
+
+/* Outputs: the fentry.s runs that went to sleep and came back, and what the wait said. */
+__u64 asleep;
+__u64 woke;
+long wait_err;
+/* The fexit runs of the task's calls, and the return value the last one saw. */
+__u64 fexit_runs;
+__u64 fexit_ret;
+
+static __always_inline bool wanted(void)
+{
+	return (__u32)bpf_get_current_pid_tgid() == target_pid;
+}
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(asleep_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	if (!wanted())
+		return 0;
+	__sync_fetch_and_add(&asleep, 1);
+	wait_err = bpf_rkf_testmod_wait_release();
+	__sync_fetch_and_add(&woke, 1);
+	return 0;
+}
+
+RKF_MULTI_FEXIT
+int BPF_PROG(asleep_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	if (!wanted())
+		return 0;
+	__sync_fetch_and_add(&fexit_runs, 1);
+	fexit_ret = ret;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
