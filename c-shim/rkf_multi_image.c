@@ -35,7 +35,7 @@
  * @code: the text, from the BPF pack allocator
  * @size: its size
  * @seq:  its number, in its symbol
- * @inflight: calls inside a function of its trampolines with exit runs
+ * @inflight: calls inside a function of its trampolines with an exit
  * @dead: set when rkf_multi unloads with calls in flight: they return calling nothing
  * @stuck: the calls that were in flight then
  * @drain: on rkf_multi_draining once retired, until @inflight is 0
@@ -57,7 +57,7 @@ struct rkf_multi_image {
 	struct rcu_head rcu;
 };
 
-/* Retired images with exit runs, until no call is in flight inside them. */
+/* Retired images with exits, until no call is in flight inside them. */
 static LIST_HEAD(rkf_multi_draining);
 static DEFINE_MUTEX(rkf_multi_drain_lock);
 static void rkf_multi_drain_fn(struct work_struct *work);
@@ -233,7 +233,7 @@ static void rkf_multi_drain_fn(struct work_struct *work)
 }
 
 /**
- * rkf_multi_image_retire() - free an image with exit runs once no call is in it
+ * rkf_multi_image_retire() - free an image with exits once no call is in it
  * @im:      from rkf_multi_image_alloc(): no site calls it, and an RCU tasks grace
  *           period passed since the last did (no task can enter it any more)
  * @garbage: what its code names, freed with it

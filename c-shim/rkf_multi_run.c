@@ -253,9 +253,14 @@ static __always_inline void rkf_multi_frame_done(void)
  * always.  Its might_fault() is left out: with DEBUG_ATOMIC_SLEEP that calls the
  * traceable __might_fault(), and the run path calls nothing traceable that is not denied
  * (rkf_core::multi::DENY); what faults in a program, bpf_copy_from_user(), checks it.
+ * A link detached while the call slept in an earlier program runs no more; it is still
+ * there, as every link that shared a function with a sleepable program is freed after
+ * an RCU tasks trace grace period (rust/multi/registry.rs).
  */
 static notrace void rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 {
+	if (unlikely(READ_ONCE(*p->detached)))
+		return;
 	if (p->prog->sleepable) {
 		migrate_disable();
 		rkf_multi_run(p, ctx);

@@ -7,9 +7,9 @@
 //! once, to a program and a set of functions; closing the file (or exiting) detaches it.
 //! Any number of links may share functions, fentry and fexit mixed: every function has
 //! one entry in one table, listing its programs in attach order, and the table is
-//! replaced whole, under RCU, on every attach and detach.  A function whose programs are
-//! not sleepable has a trampoline generated for it (rkf_core::tramp), which the shared
-//! trampoline's lookup does not slow down; the others use the shared one.  ftrace only
+//! replaced whole, under RCU, on every attach and detach.  Every function has a trampoline
+//! generated for it (rkf_core::tramp), which the shared trampoline's lookup does not slow
+//! down; the shared one serves where generation failed, or with `generate=0`.  ftrace only
 //! sees functions gaining their first link, losing their last, or changing trampoline, in
 //! one batched update of each kind per operation.
 //!

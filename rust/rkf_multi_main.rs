@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rkf_multi: one fentry or fexit BPF program on many kernel functions, through ftrace-direct
-//! trampolines (generated per function, one shared for sleepable programs) with
+//! trampolines (generated per function, one shared as the fallback) with
 //! batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
 //! ENDBR, so it runs under IBT; generated code carries the return thunk and call depth
 //! accounting the cpu wants, as the BPF JIT's does.
@@ -119,7 +119,7 @@ const _: () = {
 /// no link and no table left; then the shared trampoline's frames, waited for until every
 /// task that was inside a traced function or a sleepable program has returned through its
 /// text; then the deferred frees, drained, with the last tables, links and generated
-/// trampolines; then the retired images with exit runs (fexit, session), freed once no
+/// trampolines; then the retired images with exits (fexit, session, sleepable), freed once no
 /// call is in them, or declared dead and left behind (a task may never come back: it
 /// exited inside the function); then the ftrace_ops, which unhooks its last site, the
 /// anchor's (a function nothing calls), and with it leaves ftrace; last the sleepable

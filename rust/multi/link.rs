@@ -42,10 +42,16 @@ pub(crate) struct Link {
     pub(crate) stats: KVVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: KVVec<ModuleRef>,
-    /// Set once the link is detached (or its attach failed): generated fexit
-    /// trampolines read it through their slots for calls that were in flight, and keep
-    /// it for as long as such a call may come back.
+    /// Set once the link is detached (or its attach failed): generated trampolines read
+    /// it through their slots for calls that were in flight (on the way out, and past a
+    /// sleepable program on the way in too), and keep it for as long as such a call may
+    /// come back.
     pub(crate) detached: Arc<Atomic<bool>>,
+    /// Set once a table had one of its functions with a sleepable program, for good: a
+    /// task may then have slept in that program with the table's slot of this link still
+    /// ahead of it, under RCU tasks trace alone, so the link is freed after an RCU tasks
+    /// trace grace period, whatever the table it leaves.
+    pub(crate) beside_sleepable: Atomic<bool>,
 }
 
 impl Link {
@@ -58,6 +64,12 @@ impl Link {
     /// more on the way out.
     pub(crate) fn mark_detached(&self) {
         self.detached.store(true, Release);
+    }
+
+    /// Whether a task may have run, or still run, a program after the link's under RCU
+    /// tasks trace alone: what the link holds must wait for its grace period.
+    pub(crate) fn needs_trace_gp(&self) -> bool {
+        self.sleepable || self.beside_sleepable.load(Relaxed)
     }
 
     /// Whether the link traces the function at `site`.

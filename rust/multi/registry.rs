@@ -4,7 +4,7 @@
 //! (a request checked on its own, then against the other links, then committed) and
 //! detach.  One lock serialises them; the trampolines read only published tables.
 
-use kernel::{alloc::KVVec, prelude::*};
+use kernel::{alloc::KVVec, prelude::*, sync::atomic::Atomic};
 
 use super::{
     deferred::Deferred,
@@ -59,9 +59,11 @@ pub(crate) struct Services<'a> {
 
 impl Services<'_> {
     /// Frees `garbage` after its grace periods (`tasks`: generated trampolines retired;
-    /// an RCU tasks trace one if its table ran sleepable programs).
+    /// an RCU tasks trace one if its table ran sleepable programs, or its link ever shared
+    /// a function with one).
     fn free_later(&self, garbage: Garbage, tasks: bool) {
-        let trace = garbage._table.as_ref().is_some_and(Table::sleepable);
+        let trace = garbage._table.as_ref().is_some_and(Table::sleepable)
+            || garbage._link.as_ref().is_some_and(Link::needs_trace_gp);
         if garbage._table.is_some() || garbage._link.is_some() {
             self.deferred.defer(garbage, tasks, trace);
         }
@@ -141,6 +143,7 @@ impl Registry {
                 stats: Link::new_stats(n)?,
                 modules: c.modules,
                 detached: Link::new_flag()?,
+                beside_sleepable: Atomic::new(false),
             },
             GFP_KERNEL,
         )?;
@@ -228,8 +231,9 @@ impl Registry {
             }
         };
         // Publish first: once no table names them, the functions the shared trampoline
-        // serves run the link's program no more, and calls in flight in generated fexit
-        // trampolines run it no more once it is marked detached.  Then move and unhook
+        // serves run the link's program no more, and calls in flight in generated
+        // trampolines (their exits, and whatever follows a sleepable program) run it no
+        // more once it is marked detached.  Then move and unhook
         // the others; the old table and the link (its program and counters) go once no
         // cpu reads that table and no task runs a trampoline it had.
         link.mark_detached();

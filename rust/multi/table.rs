@@ -7,7 +7,11 @@
 
 use core::ptr;
 
-use kernel::{alloc::KVVec, prelude::*, sync::Arc};
+use kernel::{
+    alloc::KVVec,
+    prelude::*,
+    sync::{atomic::Relaxed, Arc},
+};
 
 use super::{
     image::{self, FuncCode, Image, Trampoline},
@@ -120,6 +124,11 @@ impl Table {
             let t = &links[li as usize].targets[ti as usize];
             let of = |s: &Slot| &links[refs[s.idx as usize].0 as usize];
             let sleepable = slots[start..end].iter().any(|s| of(s).sleepable);
+            if sleepable {
+                for s in &slots[start..end] {
+                    of(s).beside_sleepable.store(true, Relaxed);
+                }
+            }
             // The slots its programs read, as far as the verifier saw (an argument read
             // through bpf_get_func_arg() is below `nr_args`): at most `MAX_ARGS`.
             let ctx_args = slots[start..end]

@@ -3,7 +3,8 @@
  * rkf_multi selftest of a sleepable program asleep: on one task's call of the traced
  * function, an fentry.s program sleeps in rkf_testmod's bpf_rkf_testmod_wait_release()
  * until the test sets the module parameter "release"; a non-sleepable fexit program on
- * the same function records the call's return.  Needs rkf_testmod.
+ * the same function records the call's return, and a non-sleepable fentry program after
+ * it counts the runs that follow the sleep.  Needs rkf_testmod.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -19,6 +20,8 @@ __u32 target_pid;
 __u64 asleep;
 __u64 woke;
 long wait_err;
+/* The runs of the fentry program after the sleeping one. */
+__u64 late_runs;
 /* The fexit runs of the task's calls, and the return value the last one saw. */
 __u64 fexit_runs;
 __u64 fexit_ret;
@@ -36,6 +39,14 @@ int BPF_PROG(asleep_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
 	__sync_fetch_and_add(&asleep, 1);
 	wait_err = bpf_rkf_testmod_wait_release();
 	__sync_fetch_and_add(&woke, 1);
+	return 0;
+}
+
+RKF_MULTI_FENTRY
+int BPF_PROG(late_fentry)
+{
+	if (wanted())
+		__sync_fetch_and_add(&late_runs, 1);
 	return 0;
 }
 

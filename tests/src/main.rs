@@ -28,6 +28,9 @@ mod skel {
     pub mod multi_asleep {
         include!(concat!(env!("OUT_DIR"), "/multi_asleep.skel.rs"));
     }
+    pub mod multi_filler {
+        include!(concat!(env!("OUT_DIR"), "/multi_filler.skel.rs"));
+    }
     pub mod multi_sleepable {
         include!(concat!(env!("OUT_DIR"), "/multi_sleepable.skel.rs"));
     }

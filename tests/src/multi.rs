@@ -12,6 +12,7 @@
 //! call away, so it never runs on this kernel.)
 
 mod everything;
+mod limits;
 mod run_path;
 mod session;
 mod sleepable;
@@ -64,6 +65,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_refusals_and_rollback",
         run: refusals,
+    },
+    Test {
+        name: "multi_rollback_at_link_limit",
+        run: limits::rollback_at_link_limit,
     },
     Test {
         name: "multi_anchor_denied",
@@ -481,8 +486,8 @@ fn wait_tramp_images(what: &str, done: impl Fn(&[String]) -> bool) -> Result<()>
     }
 }
 
-/// Functions run through trampolines generated for them, BPF text that kallsyms names rkf_multi_image_<n>: a
-/// stack taken inside the program shows one, and walks on through it to the traced
+/// Functions run through trampolines generated for them, BPF text that kallsyms names
+/// rkf_multi_image_<n>: a stack taken inside the program shows one, and walks on through it to the traced
 /// function and its callers.  Images are shared by the functions of one operation,
 /// replaced when a function's programs change, and freed once no link uses them.
 fn generated_trampolines() -> Result<()> {

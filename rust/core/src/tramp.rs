@@ -71,8 +71,8 @@
 //! runs, so that its calls are counted in flight from entry to return: a task may sleep
 //! inside a program as inside the function, and RCU tasks takes a sleeping task for one
 //! outside the code; both its `run` and its `run_exit` then check the link and run a
-//! sleepable program under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session programs run as the JIT runs fsession programs
-//! (`invoke_bpf()`): ctx[-1] carries the argument count, the index of the program's
+//! sleepable program under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session
+//! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the argument count, the index of the program's
 //! cookie (`bpf_session_cookie()` is `&ctx[-index]`, inlined by the verifier) and on exit
 //! the is-return bit (`bpf_session_is_return()`); each cookie is zeroed on entry and
 //! lives in the frame until the exit run, which, the code being the function's, is
@@ -208,7 +208,8 @@ pub struct Exit<'a> {
     pub slots: &'a [u64],
     /// Where the function goes on after its ftrace site (the site + 5): called directly.
     pub body: u64,
-    /// The address of `rkf_multi_run_exit()`, which runs a slot unless its link is gone.
+    /// The address of `rkf_multi_run_exit()`, which runs a slot unless its link is gone
+    /// (`rkf_multi_run_sleepable_slot()` for a function with a sleepable program).
     pub run: u64,
     /// The image's count of calls in flight (an `atomic_long_t`): incremented on entry,
     /// decremented on the way out.
@@ -229,7 +230,8 @@ pub struct Spec<'a> {
     pub addr: u64,
     /// The address of each fentry program's slot, in the order they run.
     pub slots: &'a [u64],
-    /// The address of `rkf_multi_run_prog()`.
+    /// The address of `rkf_multi_run_prog()` (`rkf_multi_run_sleepable_slot()` for a
+    /// function with a sleepable program).
     pub run: u64,
     /// For a function with session, fexit or sleepable programs: calling it and running
     /// its exit runs, the call counted in flight.

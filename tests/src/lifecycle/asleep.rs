@@ -25,7 +25,7 @@ use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
     multi::{check_tramps, Tramp},
-    skel::multi_asleep::{types::bss, MultiAsleepSkelBuilder},
+    skel::multi_asleep::{types::bss, MultiAsleepSkel, MultiAsleepSkelBuilder},
 };
 use rkf::{
     multi::{self, Func, Link},
@@ -123,6 +123,80 @@ impl Caller {
     }
 }
 
+/// The links of one round: the fexit program, the sleepable one, and a plain fentry
+/// program after it, attached in that order.
+struct Links {
+    fexit: Link,
+    sleeper: Link,
+    late: Link,
+}
+
+/// Attaches the round's links on `funcs`, checks that their sites call the trampoline
+/// `tramp`, and puts `caller`'s call to sleep in the program.
+fn attach_and_sleep(
+    skel: &MultiAsleepSkel<'_>,
+    funcs: &[Func],
+    caller: &Caller,
+    tramp: Tramp,
+) -> Result<Links> {
+    let attach = |prog| Link::attach(prog, funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let links = Links {
+        fexit: attach(&skel.progs.asleep_fexit)?,
+        sleeper: attach(&skel.progs.asleep_fentry)?,
+        late: attach(&skel.progs.late_fentry)?,
+    };
+    check_tramps(funcs, tramp, "fentry.s, fentry and fexit")?;
+    caller.call_and_wait_asleep(tramp)?;
+    Ok(links)
+}
+
+/// Whether the program with id `id` is still loaded.
+fn prog_loaded(id: u32) -> Result<bool> {
+    // SAFETY: no pointer argument; a returned fd is ours to close.
+    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd >= 0 {
+        // SAFETY: `fd` was just returned to us and is not used after.
+        unsafe { libc::close(fd) };
+        return Ok(true);
+    }
+    match -fd {
+        libc::ENOENT => Ok(false),
+        e => bail!(
+            "BPF_PROG_GET_FD_BY_ID {id}: {}",
+            std::io::Error::from_raw_os_error(e)
+        ),
+    }
+}
+
+/// Loads rkf_multi again (with `generate=0` for the shared trampoline) when dropped if
+/// the test unloaded it and did not get to load it back: the tests after it need it.
+struct Reload(Tramp);
+
+impl Reload {
+    fn params(&self) -> &'static std::ffi::CStr {
+        match self.0 {
+            Tramp::Generated => c"",
+            Tramp::Shared => c"generate=0",
+        }
+    }
+
+    fn ensure(&self) -> Result<()> {
+        if module_state(MULTI)?.is_none() {
+            let ko = moddir()?.join(format!("{MULTI}.ko"));
+            insmod_with(&ko, self.params()).context("insmod rkf_multi again")?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reload {
+    fn drop(&mut self) {
+        if let Err(e) = self.ensure() {
+            diag!("rkf_multi not loaded again: {e:#}");
+        }
+    }
+}
+
 /// `__x64_sys_getpgid`, resolved.
 fn target() -> Result<Vec<Func>> {
     let r = multi::resolve(&["__x64_sys_getpgid"])?;
@@ -133,15 +207,17 @@ fn target() -> Result<Vec<Func>> {
 /// Through generated trampolines, then the shared one (rkf_multi reloaded with
 /// `generate=0`):
 ///
-/// 1. The sleepable link is detached while its program sleeps: the detach returns, the
-///    link is gone, the call stays asleep; once woken, the program ends its run, the call
+/// 1. The sleepable link, and a plain fentry attached after it, are detached while the
+///    program sleeps: the detaches return, the links are gone, the call stays asleep;
+///    once woken, the program ends its run, the fentry after it does not run, the call
 ///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
 ///    and sees that value.
-/// 2. Again asleep, both links and every fd of the programs closed: rmmod of rkf_multi is
-///    refused (EAGAIN) while the program sleeps (the program pins the module until its
-///    run ends and its link is freed, after an RCU tasks trace grace period); once woken,
-///    rkf_multi unloads, the call returns the right value, and the fexit program, whose
-///    link was detached during the call, never ran.  rkf_multi loads again.
+/// 2. Again asleep, every link and every fd of the programs closed: rmmod of rkf_multi
+///    is refused (EAGAIN) for as long as the program sleeps, which stays loaded (it pins
+///    the module until its run ends and its link is freed, after an RCU tasks trace
+///    grace period); once woken, rkf_multi unloads, the program is freed, the call
+///    returns the right value, and the programs of the links detached during the call
+///    never ran.  rkf_multi loads again.
 pub(super) fn sleepable_program_asleep() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     Tramp::run_both(asleep_through)
@@ -167,18 +243,19 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
         Ok(())
     })?;
     let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
-    let fexit =
-        Link::attach(&skel.progs.asleep_fexit, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let sleeper = Link::attach(&skel.progs.asleep_fentry, &funcs, None)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    check_tramps(&funcs, tramp, "fentry.s and fexit")?;
-    caller.call_and_wait_asleep(tramp)?;
-    let id = sleeper.id;
-    drop(sleeper);
+    let links = attach_and_sleep(&skel, &funcs, &caller, tramp)?;
+    let ids = [links.sleeper.id, links.late.id];
+    // The sleepable link first, then the one after it: what the call meets after its
+    // sleep.
+    drop(links.sleeper);
+    drop(links.late);
     check!(
-        multi::links()?.iter().all(|l| l.id != id),
-        "the sleepable link is still listed after its detach"
+        multi::links()?.iter().all(|l| !ids.contains(&l.id)),
+        "the detached links are still listed"
     );
+    // Time for the grace periods of links that no call had slept beside: the ones
+    // detached must still be there when the call wakes (the test kernel's KASAN watches).
+    std::thread::sleep(Duration::from_secs(3));
     check!(
         !caller.thread.is_finished(),
         "the call returned before the program was woken"
@@ -191,33 +268,46 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     );
     let b = read_bss(&map)?;
     check_eq!(
-        (b.asleep, b.woke, b.wait_err, b.fexit_runs, b.fexit_ret),
-        (1, 1, 0, 1, pgid as u64),
-        "runs asleep, woken, the wait's error, fexit runs and the return value fexit saw"
+        (b.asleep, b.woke, b.wait_err, b.late_runs),
+        (1, 1, 0, 0),
+        "runs asleep, woken, the wait's error, and runs of the fentry detached meanwhile"
     );
-    drop(fexit);
+    check_eq!(
+        (b.fexit_runs, b.fexit_ret),
+        (1, pgid as u64),
+        "runs of the fexit still attached, and the return value it saw"
+    );
+    drop(links.fexit);
 
     // 2. rmmod while asleep.
     release(false)?;
     let caller = Caller::spawn()?;
     {
         let b = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
-        (b.asleep, b.woke, b.wait_err, b.fexit_runs, b.fexit_ret) = (0, 0, 0, 0, 0);
+        (b.asleep, b.woke, b.wait_err, b.late_runs) = (0, 0, 0, 0);
+        (b.fexit_runs, b.fexit_ret) = (0, 0);
         b.target_pid = caller.tid as u32;
     }
-    let fexit =
-        Link::attach(&skel.progs.asleep_fexit, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let sleeper = Link::attach(&skel.progs.asleep_fentry, &funcs, None)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    check_tramps(&funcs, tramp, "fentry.s and fexit, again")?;
-    caller.call_and_wait_asleep(tramp)?;
-    drop((sleeper, fexit, skel));
-    let e = rmmod(MULTI).err();
-    check_eq!(
-        e.and_then(|e| e.raw_os_error()),
-        Some(libc::EAGAIN),
-        "rmmod rkf_multi with a program asleep"
-    );
+    let links = attach_and_sleep(&skel, &funcs, &caller, tramp)?;
+    let prog = multi::links()?
+        .iter()
+        .find(|l| l.id == links.sleeper.id)
+        .map(|l| l.prog_id)
+        .context("the sleepable link is not listed")?;
+    let reload = Reload(tramp);
+    drop((links, skel));
+    // For as long as the program sleeps, whatever time passes: it stays loaded, and
+    // rkf_multi pinned.
+    for _ in 0..30 {
+        let e = rmmod(MULTI).err();
+        check_eq!(
+            e.and_then(|e| e.raw_os_error()),
+            Some(libc::EAGAIN),
+            "rmmod rkf_multi with a program asleep"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check!(prog_loaded(prog)?, "the asleep program was freed");
     let state = module_state(MULTI)?;
     check_eq!(
         state.as_deref(),
@@ -227,6 +317,7 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     release(true)?;
     drop(wake);
     rmmod_wait(MULTI, Duration::from_secs(120))?;
+    check!(!prog_loaded(prog)?, "the program outlived rkf_multi");
     check_eq!(
         caller.join()?,
         pgid,
@@ -234,17 +325,13 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     );
     let b = read_bss(&map)?;
     check_eq!(
-        (b.asleep, b.woke, b.wait_err, b.fexit_runs),
-        (1, 1, 0, 0),
-        "runs asleep, woken, the wait's error, and fexit runs of a link detached during the call"
+        (b.asleep, b.woke, b.wait_err, b.late_runs, b.fexit_runs),
+        (1, 1, 0, 0, 0),
+        "runs asleep, woken, the wait's error, and runs of the links detached during the call"
     );
     drop(map);
-    let params = match tramp {
-        Tramp::Generated => c"",
-        Tramp::Shared => c"generate=0",
-    };
-    let ko = moddir()?.join(format!("{MULTI}.ko"));
-    insmod_with(&ko, params).context("insmod rkf_multi again")?;
+    reload.ensure()?;
+    drop(reload);
     diag!(
         "{tramp:?}: a program asleep outlived its link's detach and held rkf_multi until it woke"
     );
