@@ -265,8 +265,9 @@ struct rkf_multi_stats {
  * @link:   its link's id, which is never reused: what a session's exit run finds the
  *          cookie of its entry run by
  * @detached: set once its link is detached (or its attach failed): a call that was in
- *          flight inside the function meanwhile runs it no more on the way out.  The
- *          flag outlives the link for as long as a generated image names it.
+ *          flight inside the function meanwhile runs it no more on the way out (nor, past
+ *          a sleepable program, on the way in).  The flag outlives the link for as long
+ *          as a generated image names it.
  */
 struct rkf_multi_prog {
 	struct bpf_prog *prog;

@@ -34,7 +34,10 @@ static void rkf_multi_deferred_free(struct work_struct *work)
 	kfree(d);
 }
 
-/* No task runs the garbage's sleepable programs any more: free it, in process context. */
+/*
+ * No task runs the garbage's sleepable programs, or a program after one, any more: free
+ * it, in process context.
+ */
 static void rkf_multi_deferred_trace_done(struct rcu_head *rcu)
 {
 	struct rkf_multi_deferred *d = container_of(rcu, struct rkf_multi_deferred, tasks_rcu);
@@ -109,14 +112,15 @@ void rkf_multi_tasks_rcu_qs(void)
  * @free:    frees it, in process context
  * @tasks:   it holds generated trampolines no site calls any more: wait also until no
  *           task runs them (an RCU tasks grace period, which covers tasks preempted there)
- * @trace:   its table had sleepable programs: wait also until no task runs them (an RCU
- *           tasks trace grace period)
+ * @trace:   its table had sleepable programs, or its link shared a function with one:
+ *           wait also until no task runs them, or a program after one (an RCU tasks trace
+ *           grace period)
  *
  * Once no cpu can read a table published before (and, with @tasks, no task runs a
- * trampoline of it; with @trace, no task runs a sleepable program of it), a worker calls
- * @free: the old table, a detached link, whose program reference must be dropped in
- * process context, and trampolines.  No worker blocks meanwhile.  Without memory for
- * that, waits for the grace periods here instead.
+ * trampoline of it; with @trace, no task runs a sleepable program of it or a program
+ * after one), a worker calls @free: the old table, a detached link, whose program
+ * reference must be dropped in process context, and trampolines.  No worker blocks
+ * meanwhile.  Without memory for that, waits for the grace periods here instead.
  */
 void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(void *garbage),
 		     bool tasks, bool trace)

@@ -580,8 +580,9 @@ notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
  * does for the shared trampoline.  A sleepable program then runs under RCU tasks trace
  * alone, without migration, as __bpf_prog_enter_sleepable_recur() runs it: its link is
  * freed after an RCU tasks trace grace period, its table having had a sleepable program
- * (rust/multi/registry.rs).  Any other program runs under RCU, which is all its link's
- * free waits for.
+ * (rust/multi/registry.rs).  Any other program runs under RCU, the flag checked in the
+ * same RCU read section, as its link's free waits for an RCU grace period after the
+ * flag is set.
  */
 notrace void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
 {

@@ -47,7 +47,8 @@ pub(crate) struct Link {
     /// sleepable program on the way in too), and keep it for as long as such a call may
     /// come back.
     pub(crate) detached: Arc<Atomic<bool>>,
-    /// Set once a table had one of its functions with a sleepable program, for good: a
+    /// Set, for good, by the first table built (published or not) with one of its
+    /// functions having a sleepable program: a
     /// task may then have slept in that program with the table's slot of this link still
     /// ahead of it, under RCU tasks trace alone, so the link is freed after an RCU tasks
     /// trace grace period, whatever the table it leaves.
@@ -61,7 +62,7 @@ impl Link {
     }
 
     /// Says the link is detached: calls in flight inside its functions run its program no
-    /// more on the way out.
+    /// more on the way out (nor, past a sleepable program, on the way in).
     pub(crate) fn mark_detached(&self) {
         self.detached.store(true, Release);
     }

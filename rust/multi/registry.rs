@@ -33,7 +33,8 @@ pub(crate) struct Registry {
 
 /// What a publication replaced, freed once no cpu can read the old table (and, if it had
 /// generated trampolines that sites stopped calling, no task runs them; if it had
-/// sleepable programs, no task runs them either).
+/// sleepable programs, or the link ever shared a function with one, no task runs them
+/// or a program after one either).
 struct Garbage {
     _table: Option<Table>,
     _link: Option<Link>,
@@ -41,7 +42,7 @@ struct Garbage {
 
 impl Garbage {
     /// Says its link is detached: calls in flight inside its functions run the link's
-    /// program no more on the way out.
+    /// program no more on the way out (nor, past a sleepable program, on the way in).
     fn mark_detached(&self) {
         if let Some(l) = &self._link {
             l.mark_detached();

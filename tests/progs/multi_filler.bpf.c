@@ -9,8 +9,9 @@
 #include <bpf/bpf_tracing.h>
 #include "rkf.bpf.h"
 
-/* Input: the function counted, as bpf_get_func_ip() returns it. */
+/* Inputs: the function counted, as bpf_get_func_ip() returns it; the task counted. */
 __u64 target_ip;
+__u32 target_pid;
 /* Output: runs on it, and runs on any other function. */
 __u64 hits;
 __u64 other;
@@ -18,6 +19,8 @@ __u64 other;
 RKF_MULTI_FENTRY
 int BPF_PROG(filler)
 {
+	if ((__u32)bpf_get_current_pid_tgid() != target_pid)
+		return 0;
 	if (bpf_get_func_ip(ctx) == target_ip)
 		__sync_fetch_and_add(&hits, 1);
 	else

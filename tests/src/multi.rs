@@ -67,8 +67,8 @@ pub const TESTS: &[Test] = &[
         run: refusals,
     },
     Test {
-        name: "multi_rollback_at_link_limit",
-        run: limits::rollback_at_link_limit,
+        name: "multi_link_limit_refused_whole",
+        run: limits::link_limit_refused_whole,
     },
     Test {
         name: "multi_anchor_denied",

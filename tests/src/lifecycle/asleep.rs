@@ -6,10 +6,14 @@
 //! The program (tests/progs/multi_asleep.bpf.c) sleeps in rkf_testmod's
 //! `bpf_rkf_testmod_wait_release()` on one task's `getpgid(2)` until the test sets
 //! rkf_testmod's parameter `release`; a non-sleepable fexit program on the same function
-//! records the call's return.  A generated trampoline counts such a call in flight from
-//! entry to return, and runs every program of the function only while its link is
-//! attached (`rkf_multi_run_sleepable_slot()`); the shared one counts its frame and looks
-//! the function up again.
+//! records the call's return, and a non-sleepable fentry program attached after it counts
+//! the runs that follow the sleep.  A generated trampoline counts such a call in flight
+//! from entry to return, and runs every program of the function only while its link is
+//! attached (`rkf_multi_run_sleepable_slot()`); the shared one counts its frame, runs the
+//! programs after the sleep only while their links are attached, and looks the function
+//! up again on the way out.  Every link that shared the function with the sleepable
+//! program is freed after an RCU tasks trace grace period, so that the sleeper can still
+//! read its flag (the test kernel's KASAN would see it otherwise).
 
 use std::{
     mem::MaybeUninit,
@@ -296,9 +300,17 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
         .context("the sleepable link is not listed")?;
     let reload = Reload(tramp);
     drop((links, skel));
-    // For as long as the program sleeps, whatever time passes: it stays loaded, and
-    // rkf_multi pinned.
+    // For 3 s of the program's sleep, long past the grace periods of links nothing slept
+    // beside: it stays loaded, and rkf_multi pinned.  The count is read first: were it
+    // 0, rmmod would go into the module's exit, which waits for the sleeper, so that the
+    // test would hang instead of failing.
     for _ in 0..30 {
+        let refcnt = std::fs::read_to_string(format!("/sys/module/{MULTI}/refcnt"))?;
+        check!(
+            refcnt.trim().parse::<u64>().is_ok_and(|n| n > 0),
+            "rkf_multi's reference count with a program asleep: {}",
+            refcnt.trim()
+        );
         let e = rmmod(MULTI).err();
         check_eq!(
             e.and_then(|e| e.raw_os_error()),

@@ -5,7 +5,10 @@
 //! tools/testing/selftests/bpf/prog_tests/tracing_multi.c): the last function of a set
 //! already holds the most links it may (`MAX_LINKS_PER_FUNC`, 38, the kernel's
 //! `BPF_MAX_TRAMP_LINKS` on x86-64), each with a program of its own, so a link on the set
-//! is refused whole.
+//! is refused whole.  Upstream gets the trampolines of the first functions, then rolls
+//! back; rkf_multi checks every function against the links there before it builds or
+//! hooks anything, so there is nothing to roll back: the test checks that nothing runs
+//! and no link is left, as upstream's does.
 
 use std::mem::MaybeUninit;
 
@@ -85,7 +88,7 @@ fn refused(
 /// filler still runs once per call; a filler's program on a set with its function is
 /// refused (`EBUSY`, `SameProgram`); with one filler gone, the fentry link attaches and
 /// runs exactly once on each of the five.
-pub(super) fn rollback_at_link_limit() -> Result<()> {
+pub(super) fn link_limit_refused_whole() -> Result<()> {
     Tramp::run_both(at_limit)
 }
 
