@@ -19,10 +19,9 @@
 #include <linux/btf.h>
 #include <linux/btf_ids.h>
 #include <linux/compiler.h>
-#include <linux/delay.h>
-#include <linux/jiffies.h>
 #include <linux/moduleparam.h>
 #include <linux/sched.h>
+#include <linux/wait.h>
 
 #include "rkf.h"
 
@@ -112,7 +111,23 @@ noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 }
 
 static bool rkf_testmod_release;
-module_param_named(release, rkf_testmod_release, bool, 0600);
+static DECLARE_WAIT_QUEUE_HEAD(rkf_testmod_release_wq);
+
+/* Sets the parameter, and wakes the programs asleep in bpf_rkf_testmod_wait_release(). */
+static int rkf_testmod_release_set(const char *val, const struct kernel_param *kp)
+{
+	int err = param_set_bool(val, kp);
+
+	if (!err)
+		wake_up_all(&rkf_testmod_release_wq);
+	return err;
+}
+
+static const struct kernel_param_ops rkf_testmod_release_ops = {
+	.set = rkf_testmod_release_set,
+	.get = param_get_bool,
+};
+module_param_cb(release, &rkf_testmod_release_ops, &rkf_testmod_release, 0600);
 MODULE_PARM_DESC(release, "Wakes the programs asleep in bpf_rkf_testmod_wait_release()");
 
 __bpf_kfunc_start_defs();
@@ -190,7 +205,8 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
  * bpf_rkf_testmod_wait_release() - sleep until the module parameter "release" is set
  *
  * For sleepable tracing programs: a program asleep for as long as a test wants, which
- * sets the parameter once it has seen what it looks for.  Looks every 10 ms, for at most
+ * sets the parameter once it has seen what it looks for.  The task sleeps without
+ * waking until then (its kernel stack can be read all along), for at most
  * RKF_TESTMOD_WAIT_MAX seconds.
  *
  * Return: 0 once released, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX seconds, or -EINTR if
@@ -198,15 +214,13 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
  */
 __bpf_kfunc int bpf_rkf_testmod_wait_release(void)
 {
-	unsigned long end = jiffies + RKF_TESTMOD_WAIT_MAX * HZ;
+	long left = wait_event_interruptible_timeout(rkf_testmod_release_wq,
+						     READ_ONCE(rkf_testmod_release),
+						     RKF_TESTMOD_WAIT_MAX * HZ);
 
-	while (!READ_ONCE(rkf_testmod_release)) {
-		if (time_after(jiffies, end))
-			return -ETIMEDOUT;
-		if (msleep_interruptible(10))
-			return -EINTR;
-	}
-	return 0;
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
 }
 
 __bpf_kfunc_end_defs();

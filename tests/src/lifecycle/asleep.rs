@@ -96,7 +96,15 @@ impl Caller {
     fn call_and_wait_asleep(&self, tramp: Tramp) -> Result<()> {
         self.go.send(()).context("starting the caller")?;
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !blocked_in(self.tid, WAIT)? {
+        // The stack of a task asleep in the program, read once: a task that is running
+        // shows none.
+        let stack = loop {
+            if blocked_in(self.tid, WAIT)? {
+                let stack = kernel_stack(self.tid)?;
+                if stack.iter().any(|f| f.starts_with(WAIT)) {
+                    break stack;
+                }
+            }
             check!(
                 !self.thread.is_finished(),
                 "the call returned without the program sleeping"
@@ -106,8 +114,7 @@ impl Caller {
                 "the program never slept in {WAIT}()"
             );
             std::thread::sleep(Duration::from_millis(20));
-        }
-        let stack = kernel_stack(self.tid)?;
+        };
         let via = |f: &String| match tramp {
             Tramp::Generated => f.starts_with("rkf_multi_image_"),
             Tramp::Shared => f.starts_with("rkf_multi_tramp"),

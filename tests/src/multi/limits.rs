@@ -105,11 +105,9 @@ fn at_limit(tramp: Tramp) -> Result<()> {
             o,
             "multi_filler.bpf.c",
             |open| {
-                open.maps
-                    .bss_data
-                    .as_deref_mut()
-                    .context("no .bss")?
-                    .target_ip = last[0].addr;
+                let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
+                bss.target_ip = last[0].addr;
+                bss.target_pid = nix::unistd::gettid().as_raw() as u32;
                 Ok(())
             },
         )?);
