@@ -575,30 +575,16 @@ notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
  * @ctx: the trampoline's frame
  *
  * The trampoline counts the call in flight from entry to return, so its image and slots
- * outlive a task asleep here.  Not the programs: a link detached meanwhile runs no
- * more, which is checked under RCU and RCU tasks trace both, as rkf_multi_run_sleepable()
- * does for the shared trampoline.  A sleepable program then runs under RCU tasks trace
- * alone, without migration, as __bpf_prog_enter_sleepable_recur() runs it: its link is
- * freed after an RCU tasks trace grace period, its table having had a sleepable program
- * (rust/multi/registry.rs).  Any other program runs under RCU, the flag checked in the
- * same RCU read section, as its link's free waits for an RCU grace period after the
- * flag is set.
+ * outlive a task asleep here.  The programs are run as the shared trampoline runs those
+ * of a function with sleepable programs, under RCU tasks trace (rkf_multi_run_any()): a
+ * link detached meanwhile runs no more, and is still there to be read, as every link of
+ * the function was marked beside a sleepable program when the image was generated for
+ * it, and is freed after an RCU tasks trace grace period (rust/multi/registry.rs).
  */
 notrace void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	rcu_read_lock_trace();
-	rkf_multi_run_lock();
-	if (unlikely(READ_ONCE(*p->detached))) {
-		rkf_multi_run_unlock();
-	} else if (!p->prog->sleepable) {
-		rkf_multi_run(p, ctx);
-		rkf_multi_run_unlock();
-	} else {
-		rkf_multi_run_unlock();
-		migrate_disable();
-		rkf_multi_run(p, ctx);
-		migrate_enable();
-	}
+	rkf_multi_run_any(p, ctx);
 	rcu_read_unlock_trace();
 }
 

@@ -48,10 +48,10 @@ pub(crate) struct Link {
     /// come back.
     pub(crate) detached: Arc<Atomic<bool>>,
     /// Set, for good, by the first table built (published or not) with one of its
-    /// functions having a sleepable program: a
-    /// task may then have slept in that program with the table's slot of this link still
-    /// ahead of it, under RCU tasks trace alone, so the link is freed after an RCU tasks
-    /// trace grace period, whatever the table it leaves.
+    /// functions having a sleepable program: a task may then have slept in that program
+    /// with the table's (or image's) slot of this link still ahead of it, under RCU tasks
+    /// trace alone, so the link is freed after an RCU tasks trace grace period, whatever
+    /// the table it leaves.
     pub(crate) beside_sleepable: Atomic<bool>,
 }
 

@@ -234,9 +234,9 @@ impl Registry {
         // Publish first: once no table names them, the functions the shared trampoline
         // serves run the link's program no more, and calls in flight in generated
         // trampolines (their exits, and whatever follows a sleepable program) run it no
-        // more once it is marked detached.  Then move and unhook
-        // the others; the old table and the link (its program and counters) go once no
-        // cpu reads that table and no task runs a trampoline it had.
+        // more once it is marked detached.  Then move and unhook the others; the old
+        // table and the link (its program and counters) go once no cpu reads that table
+        // and no task runs a trampoline it had.
         link.mark_detached();
         let garbage = self.publish(table, Some(link));
         let moved = updates.move_sites(s.ops);

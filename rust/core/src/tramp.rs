@@ -72,11 +72,12 @@
 //! inside a program as inside the function, and RCU tasks takes a sleeping task for one
 //! outside the code; both its `run` and its `run_exit` then check the link and run a
 //! sleepable program under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session
-//! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the argument count, the index of the program's
-//! cookie (`bpf_session_cookie()` is `&ctx[-index]`, inlined by the verifier) and on exit
-//! the is-return bit (`bpf_session_is_return()`); each cookie is zeroed on entry and
-//! lives in the frame until the exit run, which, the code being the function's, is
-//! always that of the same program.
+//! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the
+//! argument count, the index of the program's cookie (`bpf_session_cookie()` is
+//! `&ctx[-index]`, inlined by the verifier) and on exit the is-return bit
+//! (`bpf_session_is_return()`); each cookie is zeroed on entry and lives in the frame
+//! until the exit run, which, the code being the function's, is always that of the same
+//! program.
 //!
 //! Like a BPF trampoline, the code restores the argument registers BTF says the function
 //! takes, and for a function of more than six arguments copies the ones the caller

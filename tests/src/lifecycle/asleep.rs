@@ -126,6 +126,13 @@ impl Caller {
         Ok(())
     }
 
+    /// Joins the caller, checks that its call returned `pgid`, and reads what the
+    /// programs recorded.
+    fn returned(self, pgid: i32, map: &MapHandle) -> Result<bss> {
+        check_eq!(self.join()?, pgid, "getpgid(2) past the program that slept");
+        read_bss(map)
+    }
+
     fn join(self) -> Result<i32> {
         match self.thread.join() {
             Ok(r) => Ok(r),
@@ -272,12 +279,7 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
         "the call returned before the program was woken"
     );
     release(true)?;
-    check_eq!(
-        caller.join()?,
-        pgid,
-        "getpgid(2) past the program that slept"
-    );
-    let b = read_bss(&map)?;
+    let b = caller.returned(pgid, &map)?;
     check_eq!(
         (b.asleep, b.woke, b.wait_err, b.late_runs),
         (1, 1, 0, 0),
@@ -337,12 +339,7 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     drop(wake);
     rmmod_wait(MULTI, Duration::from_secs(120))?;
     check!(!prog_loaded(prog)?, "the program outlived rkf_multi");
-    check_eq!(
-        caller.join()?,
-        pgid,
-        "getpgid(2) past the program that slept"
-    );
-    let b = read_bss(&map)?;
+    let b = caller.returned(pgid, &map)?;
     check_eq!(
         (b.asleep, b.woke, b.wait_err, b.late_runs, b.fexit_runs),
         (1, 1, 0, 0, 0),
