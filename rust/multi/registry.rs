@@ -4,7 +4,12 @@
 //! (a request checked on its own, then against the other links, then committed) and
 //! detach.  One lock serialises them; the trampolines read only published tables.
 
-use kernel::{alloc::KVVec, prelude::*, sync::atomic::Atomic};
+use kernel::{
+    alloc::KVVec,
+    prelude::*,
+    sync::atomic::Atomic,
+    time::{delay::fsleep, Delta},
+};
 
 use super::{
     deferred::Deferred,
@@ -221,10 +226,10 @@ impl Registry {
         };
         // The traced modules stay until their functions are unhooked, below.
         let modules = core::mem::replace(&mut link.modules, KVVec::new());
-        let (table, updates) = match self.next_table() {
+        let (table, updates) = match until_memory(|| Ok(self.next_table()?)) {
             Ok(tu) => tu,
-            Err(_) => {
-                pr_err!("out of memory detaching link {}: it stays attached\n", id);
+            Err(f) => {
+                pr_err!("detaching link {}: {:?}; it stays attached\n", id, f.err);
                 // Put it back where it was.
                 link.modules = modules;
                 let _ = self.links.insert_within_capacity(pos, link);
@@ -239,8 +244,8 @@ impl Registry {
         // and no task runs a trampoline it had.
         link.mark_detached();
         let garbage = self.publish(table, Some(link));
-        let moved = updates.move_sites(s.ops);
-        let unhooked = updates.unhook(s.ops);
+        let moved = until_memory(|| updates.move_sites(s.ops));
+        let unhooked = until_memory(|| updates.unhook(s.ops));
         if moved.is_err() || unhooked.is_err() {
             pr_err!(
                 "detaching link {}: moving {} functions: {:?}, unhooking {}: {:?}; they stay on their trampolines, with the link's program, and rkf_multi and their modules stay loaded\n",
@@ -299,6 +304,22 @@ impl Registry {
             .find(|&i| i > l.id)
             .unwrap_or(0);
         Ok(l)
+    }
+}
+
+/// Runs `step` of a detach until it succeeds, or fails otherwise than for want of memory
+/// with nothing changed: nobody can be told that a detach failed (the link's file is gone;
+/// the kernel's own link release cannot fail either), so a lack of memory is waited out,
+/// as at unload (`FtraceOps`' drop).  Each of its steps changes nothing when it fails for
+/// want of memory: building a table, and ftrace updates that could be undone.
+fn until_memory<T>(
+    mut step: impl FnMut() -> Result<T, ftrace::Failed>,
+) -> Result<T, ftrace::Failed> {
+    loop {
+        match step() {
+            Err(f) if f.err == ENOMEM && !f.partial => fsleep(Delta::from_millis(10)),
+            r => return r,
+        }
     }
 }
 

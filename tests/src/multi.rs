@@ -12,6 +12,7 @@
 //! call away, so it never runs on this kernel.)
 
 mod everything;
+mod faults;
 mod limits;
 mod run_path;
 mod session;
@@ -69,6 +70,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_link_limit_refused_whole",
         run: limits::link_limit_refused_whole,
+    },
+    Test {
+        name: "multi_attach_detach_allocation_failures",
+        run: faults::allocation_failures,
     },
     Test {
         name: "multi_anchor_denied",
