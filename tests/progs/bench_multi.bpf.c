@@ -33,6 +33,31 @@ int BPF_PROG(single_fexit)
 	return 0;
 }
 
+/* Sleepable forms: what running under RCU tasks trace costs each way. */
+RKF_MULTI_FENTRY_S
+int BPF_PROG(rkf_fentry_s)
+{
+	return 0;
+}
+
+RKF_MULTI_FEXIT_S
+int BPF_PROG(rkf_fexit_s)
+{
+	return 0;
+}
+
+SEC("fentry.s/__x64_sys_getpgid")
+int BPF_PROG(single_fentry_s)
+{
+	return 0;
+}
+
+SEC("fexit.s/__x64_sys_getpgid")
+int BPF_PROG(single_fexit_s)
+{
+	return 0;
+}
+
 SEC("kprobe.multi")
 int kprobe_multi(struct pt_regs *ctx)
 {

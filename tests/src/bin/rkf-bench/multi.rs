@@ -394,7 +394,63 @@ fn per_call_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
         of("rkf_multi fexit") / single_fexit,
         of("kprobe_multi") / of("rkf_multi fentry")
     );
+    sleepable_table(skel, target)?;
     latency_table(skel, target)
+}
+
+/// Sleepable programs (fentry.s, fexit.s) on getpgid(): the kernel's own trampoline for
+/// one, against an rkf_multi link, whose generated trampoline counts each call in flight
+/// and runs the program under RCU tasks trace.
+fn sleepable_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
+    println!();
+    println!(
+        "Sleepable programs, per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):"
+    );
+    println!();
+    let base = getpgid_loop();
+    let per = |d: Duration| per_call(d, base);
+    let single = {
+        let _l = skel
+            .progs
+            .single_fentry_s
+            .attach()
+            .context("single fentry.s")?;
+        per(getpgid_loop())
+    };
+    let single_fexit = {
+        let _l = skel
+            .progs
+            .single_fexit_s
+            .attach()
+            .context("single fexit.s")?;
+        per(getpgid_loop())
+    };
+    let mut rkf = Vec::new();
+    for (name, prog) in [
+        ("rkf_multi fentry.s", &skel.progs.rkf_fentry_s),
+        ("rkf_multi fexit.s", &skel.progs.rkf_fexit_s),
+    ] {
+        let l = Link::attach(prog, target, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        rkf.push(per(getpgid_loop()));
+        ran_every_call(name, &l)?;
+    }
+    println!("| method | overhead per call (ns) | vs the single link of its kind |");
+    println!("|--------|-----------------------:|-------------------------------:|");
+    for (name, ns, of) in [
+        ("single fentry.s", single, single),
+        ("rkf_multi fentry.s", rkf[0], single),
+        ("single fexit.s", single_fexit, single_fexit),
+        ("rkf_multi fexit.s", rkf[1], single_fexit),
+    ] {
+        println!("| {name} | {ns:.0} | {:.2}x |", ns / of);
+    }
+    println!();
+    println!(
+        "rkf_multi fentry.s vs single fentry.s: {:.2}x; rkf_multi fexit.s vs single fexit.s: {:.2}x",
+        rkf[0] / single,
+        rkf[1] / single_fexit
+    );
+    Ok(())
 }
 
 /// rkf funclatency's measurement per call: an rkf_multi session, a kprobe_multi
