@@ -134,9 +134,9 @@ vm-test-distro: selftests-package-distro
 # return-thunk mitigation (AMD Zen 2: retbleed's untrained return thunk) and call depth
 # tracking (Skylake, retbleed=stuff); guest-mitigations.sh fails if the kernel did not.
 # Left out there: the allocation failures (no fault injection in Debian's config) and,
-# for CI's time, the ioctl fuzz, whose bad requests the same kernel
-# refuses the same way under any cpu (it runs on the test and distro kernels), and, in
-# the return-thunk boot, attaching to everything (316 s): its trampolines differ from
+# for CI's time, the ioctl fuzz, whose bad requests the same kernel refuses the same way
+# under any cpu (it runs on the test and distro kernels), and, in the return-thunk boot,
+# attaching to everything (316 s): its trampolines differ from
 # the distro boot's by the return instruction, which every other test there runs.  The
 # call-depth boot keeps it: there generation calls the kernel's accounting helpers for
 # each function (where an RCU tasks stall was found), and its 43,094 functions took
@@ -144,7 +144,8 @@ vm-test-distro: selftests-package-distro
 vm-test-mitigations: selftests-package-distro
 	scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
 		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_ \
-		-x multi_ioctl_fuzz,multi_attach_everything_fentry_fexit,multi_attach_detach_allocation_failures
+		-x multi_ioctl_fuzz,multi_attach_everything_fentry_fexit,\
+		multi_attach_detach_allocation_failures
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_ \

@@ -142,7 +142,8 @@ impl FtraceOps {
                 _ => Err(EINVAL),
             };
             let result = batch.and_then(|batch| {
-                done.push_within_capacity(batch).map_err(|_| ENOMEM)?;
+                // Room was made for every batch: no memory is asked for here.
+                done.push_within_capacity(batch).map_err(|_| EINVAL)?;
                 // Before every update, the first included: the one before it may have
                 // been the last of another run (an attach hooks, then moves).
                 // SAFETY: process context, under no lock but the registry's mutex.

@@ -226,8 +226,9 @@ impl Registry {
         };
         // The traced modules stay until their functions are unhooked, below.
         let modules = core::mem::replace(&mut link.modules, KVVec::new());
-        let (table, updates) = match until_memory(|| Ok(self.next_table()?)) {
+        let (table, updates) = match until_memory(id, || Ok(self.next_table()?)) {
             Ok(tu) => tu,
+            // Building fails only for want of memory, which is waited out: defensive.
             Err(f) => {
                 pr_err!("detaching link {}: {:?}; it stays attached\n", id, f.err);
                 // Put it back where it was.
@@ -244,8 +245,8 @@ impl Registry {
         // and no task runs a trampoline it had.
         link.mark_detached();
         let garbage = self.publish(table, Some(link));
-        let moved = until_memory(|| updates.move_sites(s.ops));
-        let unhooked = until_memory(|| updates.unhook(s.ops));
+        let moved = until_memory(id, || updates.move_sites(s.ops));
+        let unhooked = until_memory(id, || updates.unhook(s.ops));
         if moved.is_err() || unhooked.is_err() {
             pr_err!(
                 "detaching link {}: moving {} functions: {:?}, unhooking {}: {:?}; they stay on their trampolines, with the link's program, and rkf_multi and their modules stay loaded\n",
@@ -307,17 +308,34 @@ impl Registry {
     }
 }
 
-/// Runs `step` of a detach until it succeeds, or fails otherwise than for want of memory
-/// with nothing changed: nobody can be told that a detach failed (the link's file is gone;
-/// the kernel's own link release cannot fail either), so a lack of memory is waited out,
-/// as at unload (`FtraceOps`' drop).  Each of its steps changes nothing when it fails for
-/// want of memory: building a table, and ftrace updates that could be undone.
+/// Runs `step` of the detach of link `id` until it succeeds, or fails otherwise than for
+/// want of memory with nothing changed: nobody can be told that a detach failed (the
+/// link's file is gone; the kernel's own link release cannot fail either), so a lack of
+/// memory is waited out, as at unload (`FtraceOps`' drop), every 10 ms, under the
+/// registry's lock: the closing task, and every other operation of rkf_multi, wait as
+/// long as memory stays short (each second of it is reported).  Each step changes
+/// nothing when it fails for want of memory: building a table, and an ftrace update that
+/// failed before changing a site or was undone.
 fn until_memory<T>(
+    id: u64,
     mut step: impl FnMut() -> Result<T, ftrace::Failed>,
 ) -> Result<T, ftrace::Failed> {
+    const WAIT_MS: u32 = 10;
+    const REPORT_EVERY: u32 = 1000 / WAIT_MS;
+    let mut tries = 0u32;
     loop {
         match step() {
-            Err(f) if f.err == ENOMEM && !f.partial => fsleep(Delta::from_millis(10)),
+            Err(f) if f.err == ENOMEM && !f.partial => {
+                tries = tries.saturating_add(1);
+                if tries % REPORT_EVERY == 0 {
+                    pr_warn!(
+                        "detaching link {}: no memory for {} s, still trying\n",
+                        id,
+                        tries / REPORT_EVERY
+                    );
+                }
+                fsleep(Delta::from_millis(WAIT_MS.into()));
+            }
             r => return r,
         }
     }

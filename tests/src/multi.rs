@@ -1524,7 +1524,7 @@ fn funccount_glob() -> Result<()> {
 }
 
 /// The ids of every loaded BPF program.
-fn prog_ids() -> Vec<u32> {
+pub(crate) fn prog_ids() -> Vec<u32> {
     libbpf_rs::query::ProgInfoIter::default()
         .map(|p| p.id)
         .collect()

@@ -404,7 +404,8 @@ fn per_call_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
 fn sleepable_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
     println!();
     println!(
-        "Sleepable programs, per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; ns = instructions):"
+        "Sleepable programs, per call of getpgid() (__x64_sys_getpgid traced; {CALLS} calls; \
+         ns = instructions):"
     );
     println!();
     let base = getpgid_loop();
@@ -446,7 +447,8 @@ fn sleepable_table(skel: &BenchMultiSkel<'_>, target: &[Func]) -> Result<()> {
     }
     println!();
     println!(
-        "rkf_multi fentry.s vs single fentry.s: {:.2}x; rkf_multi fexit.s vs single fexit.s: {:.2}x",
+        "rkf_multi fentry.s vs single fentry.s: {:.2}x; \
+         rkf_multi fexit.s vs single fexit.s: {:.2}x",
         rkf[0] / single,
         rkf[1] / single_fexit
     );
