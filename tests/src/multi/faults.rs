@@ -175,8 +175,16 @@ fn only_a(
 
 /// Checks that `funcs[..hooked]` call an rkf_multi trampoline (of `tramp`'s kind, or the
 /// shared one after a generation that failed for want of memory) and no other function of
-/// `funcs` is hooked.
+/// `funcs` is hooked: not in ftrace's `enabled_functions` at all, direct call or not.
 fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Result<()> {
+    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    for f in &funcs[hooked..] {
+        let listed = enabled.lines().any(|l| {
+            l.strip_prefix(f.name.as_str())
+                .is_some_and(|rest| rest.starts_with([' ', '\t']))
+        });
+        check!(!listed, "{what}: {} is still in enabled_functions", f.name);
+    }
     let callers: HashMap<String, String> = multi::direct_callers()?;
     for (i, f) in funcs.iter().enumerate() {
         let c = callers.get(&f.qualified_name()).map(String::as_str);
@@ -198,9 +206,27 @@ fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Resul
     Ok(())
 }
 
+/// Checks that through generated trampolines the functions link B shares with A
+/// (bpf_fentry_test3..5) moved off the trampolines they had with A alone (`alone`), so
+/// that a detach moves them back; through the shared one they stay on it.
+fn check_moved(funcs: &[Func], alone: &[Option<String>], tramp: Tramp, what: &str) -> Result<()> {
+    let now = callers(&funcs[2..5])?;
+    for (i, (was, is)) in alone[2..5].iter().zip(&now).enumerate() {
+        let moved = was != is;
+        check_eq!(
+            moved,
+            tramp == Tramp::Generated,
+            "{what}: {} moved from {was:?} to {is:?}",
+            funcs[2 + i].name
+        );
+    }
+    Ok(())
+}
+
 /// Through generated trampolines, then the shared one: link A, an fexit on
 /// bpf_fentry_test1..5, stays; link B, an fentry on bpf_fentry_test3..9 (three functions
-/// shared with A, whose trampolines change, and four hooked anew), is attached with each
+/// shared with A, whose generated trampolines change, and four hooked anew), is attached
+/// with each
 /// of its allocations failing in turn, then detached likewise.
 pub(super) fn allocation_failures() -> Result<()> {
     Tramp::run_both(attach_detach)
@@ -265,13 +291,14 @@ fn faults(tramp: Tramp) -> Result<()> {
                     (Some(libc::ENOMEM), true),
                     "{what}: errno, and whether the failure was injected ({e})"
                 );
-                drop(file);
+                // Checked with the file still open: a link it held would still be there.
                 only_a(&mut skel, &funcs, a.id, tramp, &what)?;
                 check_eq!(
                     callers(&funcs[..5])?,
                     a_callers,
                     "{what}: the trampolines of link A's functions"
                 );
+                drop(file);
                 failed += 1;
             }
             Ok(()) => {
@@ -296,6 +323,7 @@ fn faults(tramp: Tramp) -> Result<()> {
                     // Fewer than n allocations: nothing was failed, and every trampoline is
                     // of its kind.
                     check_tramps(&funcs, tramp, &what)?;
+                    check_moved(&funcs, &a_callers, tramp, &what)?;
                     drop(file);
                     break;
                 }
@@ -326,8 +354,10 @@ fn faults(tramp: Tramp) -> Result<()> {
             .write(true)
             .open(multi::DEVICE)?;
         let mut req = request(&skel.progs.count_fentry0, &ids, &addrs);
+        let alone = callers(&funcs[..5])?;
         attach_request(&file, &mut req).context("attach of link B")?;
         check_tramps(&funcs, tramp, "link B attached")?;
+        check_moved(&funcs, &alone, tramp, "link B attached")?;
         nth.arm(n)?;
         // The last reference: rkf_multi's release runs (from task work) before close()
         // returns.
