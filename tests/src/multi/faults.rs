@@ -127,6 +127,14 @@ fn refcnt() -> Result<u64> {
     Ok(s.trim().parse()?)
 }
 
+/// A new file of rkf_multi's device, for one link.
+fn device() -> Result<File> {
+    Ok(OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(multi::DEVICE)?)
+}
+
 /// The attach request of `prog` on `funcs` (vmlinux functions, no cookies).
 fn request(prog: &impl AsFd, ids: &[u32], addrs: &[u64]) -> AttachRequest {
     AttachRequest {
@@ -177,6 +185,7 @@ fn only_a(
 /// shared one after a generation that failed for want of memory) and no other function of
 /// `funcs` is hooked: not in ftrace's `enabled_functions` at all, direct call or not.
 fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Result<()> {
+    // One read of enabled_functions serves both checks.
     let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
     for f in &funcs[hooked..] {
         let listed = enabled.lines().any(|l| {
@@ -185,7 +194,7 @@ fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Resul
         });
         check!(!listed, "{what}: {} is still in enabled_functions", f.name);
     }
-    let callers: HashMap<String, String> = multi::direct_callers()?;
+    let callers: HashMap<String, String> = multi::parse_direct_callers(&enabled);
     for (i, f) in funcs.iter().enumerate() {
         let c = callers.get(&f.qualified_name()).map(String::as_str);
         let ok = match (i < hooked, tramp, c) {
@@ -226,8 +235,7 @@ fn check_moved(funcs: &[Func], alone: &[Option<String>], tramp: Tramp, what: &st
 /// Through generated trampolines, then the shared one: link A, an fexit on
 /// bpf_fentry_test1..5, stays; link B, an fentry on bpf_fentry_test3..9 (three functions
 /// shared with A, whose generated trampolines change, and four hooked anew), is attached
-/// with each
-/// of its allocations failing in turn, then detached likewise.
+/// with each of its allocations failing in turn, then detached likewise.
 pub(super) fn allocation_failures() -> Result<()> {
     Tramp::run_both(attach_detach)
 }
@@ -275,10 +283,7 @@ fn faults(tramp: Tramp) -> Result<()> {
     let (mut failed, mut absorbed, mut n) = (0u32, 0u32, 1u32);
     loop {
         check!(n <= MAX_NTH, "attach: still failing at allocation {n}");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(multi::DEVICE)?;
+        let file = device()?;
         let mut req = request(&skel.progs.count_fentry0, &ids, &addrs);
         nth.arm(n)?;
         let r = attach_request(&file, &mut req);
@@ -349,10 +354,7 @@ fn faults(tramp: Tramp) -> Result<()> {
     let mut n = 1u32;
     loop {
         check!(n <= MAX_NTH, "detach: still failing at allocation {n}");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(multi::DEVICE)?;
+        let file = device()?;
         let mut req = request(&skel.progs.count_fentry0, &ids, &addrs);
         let alone = callers(&funcs[..5])?;
         attach_request(&file, &mut req).context("attach of link B")?;
