@@ -1530,6 +1530,64 @@ pub(crate) fn prog_ids() -> Vec<u32> {
         .collect()
 }
 
+/// What a test may take from the kernel and must give back: the BPF programs loaded and
+/// the named modules' reference counts, as they were.
+pub(crate) struct Held {
+    progs: HashSet<u32>,
+    refcnts: Vec<(&'static str, u64)>,
+}
+
+impl Held {
+    /// Now, for `modules`.
+    pub(crate) fn now(modules: &[&'static str]) -> Result<Self> {
+        let mut refcnts = Vec::new();
+        for &m in modules {
+            refcnts.push((m, module_refcnt(m)?));
+        }
+        Ok(Self {
+            progs: prog_ids().into_iter().collect(),
+            refcnts,
+        })
+    }
+
+    /// Waits until every program loaded since is freed and every module's reference
+    /// count is back, for at most 20 s (links free their programs and drop their module
+    /// references after grace periods); fails naming what is left: a leaked reference.
+    pub(crate) fn released(&self) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            let progs: Vec<u32> = prog_ids()
+                .into_iter()
+                .filter(|i| !self.progs.contains(i))
+                .collect();
+            let mut refcnts = Vec::new();
+            for &(m, was) in &self.refcnts {
+                let now = module_refcnt(m)?;
+                if now != was {
+                    refcnts.push(format!("{m} {now} ({was} before)"));
+                }
+            }
+            if progs.is_empty() && refcnts.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                bail!(
+                    "20 s after their fds were closed (leaked references): programs still \
+                     loaded {progs:?}, module reference counts {refcnts:?}"
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// `/sys/module/<name>/refcnt`.
+fn module_refcnt(name: &str) -> Result<u64> {
+    let path = format!("/sys/module/{name}/refcnt");
+    let s = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    s.trim().parse().with_context(|| path)
+}
+
 /// A raw ioctl of `cmd` with `req`: for the commands and sizes that
 /// [`multi::ioctl`] does not define.
 fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::io::Result<()> {
@@ -1550,14 +1608,14 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
 /// and short counts, bad pointers, random ids and addresses, random commands, closes of
 /// files another thread attaches through.  Passes only if the kernel stays quiet (the
 /// run's splat check), no link is left, every program is freed once its fds are closed
-/// (no leaked reference), and, later, the module unloads (lifecycle tests) and kmemleak
+/// and rkf_multi's reference count comes back (no leaked reference), and, later, the module unloads (lifecycle tests) and kmemleak
 /// finds nothing.
 fn ioctl_fuzz() -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::Mutex;
 
     let per_thread: u64 = if kmemleak_kernel() { 15_000 } else { 50_000 };
-    let before: HashSet<u32> = prog_ids().into_iter().collect();
+    let held = Held::now(&["rkf_multi"])?;
     let mut outcomes = std::collections::BTreeMap::<i32, u64>::new();
     {
         let mut obj = MaybeUninit::uninit();
@@ -1752,21 +1810,7 @@ fn ioctl_fuzz() -> Result<()> {
         outcomes.get(&0).copied().unwrap_or(0) > 0,
         "no request succeeded"
     );
-    // Every program of the skeleton goes once its fds are closed: no reference leaked.
-    let start = std::time::Instant::now();
-    loop {
-        let left: Vec<u32> = prog_ids()
-            .into_iter()
-            .filter(|i| !before.contains(i))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        check!(
-            start.elapsed() < std::time::Duration::from_secs(20),
-            "programs still loaded 20 s after their fds were closed (leaked references): {left:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    Ok(())
+    // Every program of the skeleton goes once its fds are closed, and rkf_multi's
+    // references with the links: none leaked.
+    held.released()
 }

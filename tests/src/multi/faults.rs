@@ -6,39 +6,68 @@
 //! two pages, kmem_cache_alloc()) of this thread, for N = 1, 2, ... until the operation
 //! makes fewer than N.  Page allocations (vmalloc()'s pages, the images' text) are not
 //! failed.  kmemleak's own objects are slab allocations too: when one fails, kmemleak
-//! takes it from its pool, and the operation goes on unharmed.  An attach that fails for
-//! want of memory fails with `ENOMEM` and leaves nothing behind: no link, no hooked
-//! function, no program run, the other link's runs and trampolines as they were.  A detach
-//! cannot fail (nobody could be told): it must leave the link gone every time.  At the end
-//! rkf_multi's reference count is what it was, the programs go once their fds are closed
-//! (no reference leaked), and the runner's kmemleak scan sees no leak.
+//! takes it from its pool, and the operation goes on unharmed.
+//!
+//! Beside a link A that stays, a link B of each kind ([`cases`]: an fentry, a session on
+//! module functions, a sleepable fentry) is attached and detached so.  An attach that
+//! fails for want of memory fails with `ENOMEM` and leaves nothing behind: no link, no
+//! hooked function, no program run, A's runs and trampolines as they were.  A detach
+//! cannot fail (nobody could be told): it must leave the link gone every time.  After
+//! each sweep the reference counts of rkf_multi (and of rkf_testmod, whose functions the
+//! session's link held) are what they were, the programs go once their fds are closed
+//! (no reference leaked), and at the end the runner's kmemleak scan sees no leak.
 //!
 //! Only the test kernel has fault injection (Debian's config has `CONFIG_FAULT_INJECTION`
 //! off), so the Makefile runs this test there only; on a kernel without it, it fails.
+
+mod cases;
 
 use std::{
     collections::HashMap,
     fs::{File, OpenOptions},
     mem::MaybeUninit,
-    os::{fd::AsFd, fd::AsRawFd, unix::fs::FileExt},
+    os::unix::fs::FileExt,
     path::PathBuf,
-    time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use super::{attach, check_tramps, run_once, setup, MultiSkel, Tramp};
+use super::{check_tramps, Held, Tramp};
 use crate::{check, check_eq, diag};
-use rkf::multi::{self, attach_request, Func};
+use rkf::multi::{self, attach_request, Func, Link};
 use rkf_core::abi::AttachRequest;
 
-/// The fentry and fexit counters of multi.bpf.c's `count_fentry0` and `count_fexit0`.
-const FENTRY0: usize = 0;
-const FEXIT0: usize = 4;
+/// The modules whose references a sweep must give back.
+const MULTI: &str = "rkf_multi";
+const TESTMOD: &str = "rkf_testmod";
 
 /// More allocations than an attach of a few functions makes: past it the test fails
 /// instead of looping on.
 const MAX_NTH: u32 = 5_000;
+
+/// One kind of link B, beside link A: their programs, their functions and a run of them.
+trait Case {
+    /// The kind of link B, for messages.
+    fn name(&self) -> &'static str;
+    /// The functions, in the order a run calls them: link A holds `..a_end()`, link B
+    /// `b_start()..`, and they share those between.
+    fn funcs(&self) -> &[Func];
+    /// See [`Case::funcs`].
+    fn a_end(&self) -> usize;
+    /// See [`Case::funcs`].
+    fn b_start(&self) -> usize;
+    /// Attaches link A, which the sweep keeps.
+    fn attach_a(&self) -> Result<Link>;
+    /// Link B's request; the case owns the arrays it points into.
+    fn request_b(&self) -> AttachRequest;
+    /// Calls each function once: the runs of link A's program and of link B's on each.
+    fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)>;
+    /// The functions' names, for messages.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.funcs().iter().map(|f| f.name.as_str()).collect();
+        names.join(", ")
+    }
+}
 
 /// failslab's debugfs knobs, set for the test and put back when dropped: count sleeping
 /// allocations too (by default failslab leaves every `GFP_KERNEL` one alone) and print
@@ -121,29 +150,12 @@ impl Drop for FailNth {
     }
 }
 
-/// `/sys/module/rkf_multi/refcnt`.
-fn refcnt() -> Result<u64> {
-    let s = std::fs::read_to_string("/sys/module/rkf_multi/refcnt")?;
-    Ok(s.trim().parse()?)
-}
-
 /// A new file of rkf_multi's device, for one link.
 fn device() -> Result<File> {
     Ok(OpenOptions::new()
         .read(true)
         .write(true)
         .open(multi::DEVICE)?)
-}
-
-/// The attach request of `prog` on `funcs` (vmlinux functions, no cookies).
-fn request(prog: &impl AsFd, ids: &[u32], addrs: &[u64]) -> AttachRequest {
-    AttachRequest {
-        prog_fd: prog.as_fd().as_raw_fd() as u32,
-        cnt: ids.len() as u32,
-        btf_ids: ids.as_ptr() as u64,
-        addrs: addrs.as_ptr() as u64,
-        ..AttachRequest::default()
-    }
 }
 
 /// The direct callers of `funcs`: the trampoline each one's site calls, if any.
@@ -155,30 +167,26 @@ fn callers(funcs: &[Func]) -> Result<Vec<Option<String>>> {
         .collect())
 }
 
-/// The state with link A (`count_fexit0` on `funcs[..5]`) alone: one run counts A's fexit
-/// once on each of its functions and nothing else, A's functions call an rkf_multi
-/// trampoline (`tramp`'s kind, or the shared one where a generation failed for want of
-/// memory and fell back to it), and no other function is hooked.
-fn only_a(
-    skel: &mut MultiSkel<'_>,
-    funcs: &[Func],
-    a: u64,
-    tramp: Tramp,
-    what: &str,
-) -> Result<()> {
+/// The state with link A alone: a run counts A's program once on each of A's functions
+/// and nothing else, A's functions call an rkf_multi trampoline (`tramp`'s kind, or the
+/// shared one where a generation failed for want of memory and fell back to it), and no
+/// other function is hooked.
+fn only_a(case: &mut dyn Case, a: u64, tramp: Tramp, what: &str) -> Result<()> {
     let ids: Vec<u64> = multi::links()?.iter().map(|l| l.id).collect();
     check_eq!(ids, vec![a], "{what}: rkf_multi's links");
-    let bss = run_once(skel)?;
-    let fexit: Vec<u64> = (0..funcs.len()).map(|i| u64::from(i < 5)).collect();
+    let (n, a_end) = (case.funcs().len(), case.a_end());
     check_eq!(
-        (
-            bss.counts[FENTRY0][..funcs.len()].to_vec(),
-            bss.counts[FEXIT0][..funcs.len()].to_vec()
-        ),
-        (vec![0; funcs.len()], fexit),
-        "{what}: runs of the fentry and the fexit program on bpf_fentry_test1..9"
+        case.run()?,
+        (ones(n, 0, a_end), vec![0; n]),
+        "{what}: runs of link A's and link B's programs on {}",
+        case.names()
     );
-    check_hooks(funcs, 5, tramp, what)
+    check_hooks(case.funcs(), a_end, tramp, what)
+}
+
+/// A run's count on each of `n` functions: 1 on `lo..hi`, 0 elsewhere.
+fn ones(n: usize, lo: usize, hi: usize) -> Vec<u64> {
+    (0..n).map(|i| u64::from(lo <= i && i < hi)).collect()
 }
 
 /// Checks that `funcs[..hooked]` call an rkf_multi trampoline (of `tramp`'s kind, or the
@@ -215,80 +223,76 @@ fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Resul
     Ok(())
 }
 
-/// Checks that through generated trampolines the functions link B shares with A
-/// (bpf_fentry_test3..5) moved off the trampolines they had with A alone (`alone`), so
-/// that a detach moves them back; through the shared one they stay on it.
-fn check_moved(funcs: &[Func], alone: &[Option<String>], tramp: Tramp, what: &str) -> Result<()> {
-    let now = callers(&funcs[2..5])?;
-    for (i, (was, is)) in alone[2..5].iter().zip(&now).enumerate() {
+/// Checks that through generated trampolines the functions link B shares with A moved
+/// off the trampolines they had with A alone (`alone`, of `funcs[..a_end]`), so that a
+/// detach moves them back; through the shared one they stay on it.
+fn check_moved(case: &dyn Case, alone: &[Option<String>], tramp: Tramp, what: &str) -> Result<()> {
+    let (funcs, shared) = (case.funcs(), case.b_start()..case.a_end());
+    let now = callers(&funcs[shared.clone()])?;
+    for ((f, was), is) in funcs[shared.clone()].iter().zip(&alone[shared]).zip(&now) {
         let moved = was != is;
         check_eq!(
             moved,
             tramp == Tramp::Generated,
             "{what}: {} moved from {was:?} to {is:?}",
-            funcs[2 + i].name
+            f.name
         );
     }
     Ok(())
 }
 
-/// Through generated trampolines, then the shared one: link A, an fexit on
-/// bpf_fentry_test1..5, stays; link B, an fentry on bpf_fentry_test3..9 (three functions
-/// shared with A, whose generated trampolines change, and four hooked anew), is attached
-/// with each of its allocations failing in turn, then detached likewise.
+/// Every kind of link B, through generated trampolines; the first also through the shared
+/// one.  Each sweep must give back every program and module reference it took.
 pub(super) fn allocation_failures() -> Result<()> {
-    Tramp::run_both(attach_detach)
-}
-
-fn attach_detach(tramp: Tramp) -> Result<()> {
-    let progs_before: Vec<u32> = super::prog_ids();
-    let before = refcnt()?;
-    faults(tramp)?;
-    // Nothing held: rkf_multi's references come back to what they were (deferred frees
-    // run after grace periods), and every program of the skeleton goes once its fds are
-    // closed.
-    let start = Instant::now();
-    loop {
-        let now = refcnt()?;
-        let left: Vec<u32> = super::prog_ids()
-            .into_iter()
-            .filter(|i| !progs_before.contains(i))
-            .collect();
-        if now == before && left.is_empty() {
-            return Ok(());
+    Tramp::run_both(|tramp| {
+        let held = Held::now(&[MULTI])?;
+        {
+            let mut obj = MaybeUninit::uninit();
+            sweep(&mut cases::Fentry::load(&mut obj)?, tramp)?;
         }
-        if start.elapsed() > Duration::from_secs(20) {
-            bail!(
-                "20 s after the test: rkf_multi's refcnt is {now} ({before} before), programs \
-                 still loaded (leaked references): {left:?}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        held.released()
+    })?;
+    let held = Held::now(&[MULTI, TESTMOD])?;
+    {
+        let (mut obj, mut tobj) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        sweep(
+            &mut cases::ModuleSession::load(&mut obj, &mut tobj)?,
+            Tramp::Generated,
+        )?;
     }
+    held.released()?;
+    let held = Held::now(&[MULTI])?;
+    {
+        let mut obj = MaybeUninit::uninit();
+        sweep(&mut cases::Sleepable::load(&mut obj)?, Tramp::Generated)?;
+    }
+    held.released()
 }
 
-fn faults(tramp: Tramp) -> Result<()> {
-    let mut obj = MaybeUninit::uninit();
-    let (mut skel, funcs) = setup(&mut obj)?;
+/// Link A stays; link B is attached with each of its allocations failing in turn, then
+/// detached likewise.
+fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
     let _knobs = Failslab::set()?;
     let nth = FailNth::open()?;
-    let a = attach(&skel.progs.count_fexit0, &funcs[..5], None)?;
+    let (n_funcs, a_end, b_start) = (case.funcs().len(), case.a_end(), case.b_start());
+    let label = format!("{} ({tramp:?})", case.name());
+    let a = case.attach_a()?;
     // A's trampolines, which a failed attach must leave exactly as they are.
-    let mut a_callers = callers(&funcs[..5])?;
-    let b_funcs = &funcs[2..];
-    let ids: Vec<u32> = b_funcs.iter().map(|f| f.btf_id).collect();
-    let addrs: Vec<u64> = b_funcs.iter().map(|f| f.addr).collect();
+    let mut a_callers = callers(&case.funcs()[..a_end])?;
 
     // Attach.
     let (mut failed, mut absorbed, mut n) = (0u32, 0u32, 1u32);
     loop {
-        check!(n <= MAX_NTH, "attach: still failing at allocation {n}");
+        check!(
+            n <= MAX_NTH,
+            "{label}: attach: still failing at allocation {n}"
+        );
         let file = device()?;
-        let mut req = request(&skel.progs.count_fentry0, &ids, &addrs);
+        let mut req = case.request_b();
         nth.arm(n)?;
         let r = attach_request(&file, &mut req);
         let fired = nth.disarm()?;
-        let what = format!("attach with allocation {n} failing");
+        let what = format!("{label}: attach with allocation {n} failing");
         match r {
             Err(e) => {
                 check_eq!(
@@ -297,9 +301,9 @@ fn faults(tramp: Tramp) -> Result<()> {
                     "{what}: errno, and whether the failure was injected ({e})"
                 );
                 // Checked with the file still open: a link it held would still be there.
-                only_a(&mut skel, &funcs, a.id, tramp, &what)?;
+                only_a(case, a.id, tramp, &what)?;
                 check_eq!(
-                    callers(&funcs[..5])?,
+                    callers(&case.funcs()[..a_end])?,
                     a_callers,
                     "{what}: the trampolines of link A's functions"
                 );
@@ -309,77 +313,65 @@ fn faults(tramp: Tramp) -> Result<()> {
             Ok(()) => {
                 // A failure the attach got over (a trampoline not generated, a free
                 // waited for instead of deferred) or none: the link is whole.
-                let bss = run_once(&mut skel)?;
-                let want = |lo: usize, hi: usize| -> Vec<u64> {
-                    (0..funcs.len())
-                        .map(|i| u64::from(lo <= i && i < hi))
-                        .collect()
-                };
                 check_eq!(
-                    (
-                        bss.counts[FENTRY0][..funcs.len()].to_vec(),
-                        bss.counts[FEXIT0][..funcs.len()].to_vec()
-                    ),
-                    (want(2, 9), want(0, 5)),
-                    "{what}: attached; runs of the fentry and the fexit program"
+                    case.run()?,
+                    (ones(n_funcs, 0, a_end), ones(n_funcs, b_start, n_funcs)),
+                    "{what}: attached; runs of link A's and link B's programs on {}",
+                    case.names()
                 );
-                check_hooks(&funcs, funcs.len(), tramp, &what)?;
+                check_hooks(case.funcs(), n_funcs, tramp, &what)?;
                 if !fired {
                     // Fewer than n allocations: nothing was failed, and every trampoline is
                     // of its kind.
-                    check_tramps(&funcs, tramp, &what)?;
-                    check_moved(&funcs, &a_callers, tramp, &what)?;
+                    check_tramps(case.funcs(), tramp, &what)?;
+                    check_moved(case, &a_callers, tramp, &what)?;
                     drop(file);
                     break;
                 }
                 absorbed += 1;
                 drop(file);
-                only_a(
-                    &mut skel,
-                    &funcs,
-                    a.id,
-                    tramp,
-                    &format!("{what}, then detached"),
-                )?;
+                only_a(case, a.id, tramp, &format!("{what}, then detached"))?;
                 // The detach gave A's functions new trampolines.
-                a_callers = callers(&funcs[..5])?;
+                a_callers = callers(&case.funcs()[..a_end])?;
             }
         }
         n += 1;
     }
-    diag!("{tramp:?}: attach: {failed} allocations failed it with ENOMEM, {absorbed} it got over");
-    check!(failed > 0, "attach: no allocation failed it");
+    diag!("{label}: attach: {failed} allocations failed it with ENOMEM, {absorbed} it got over");
+    check!(failed > 0, "{label}: attach: no allocation failed it");
 
     // Detach: the link's file closed with each allocation failing in turn.
     let mut n = 1u32;
     loop {
-        check!(n <= MAX_NTH, "detach: still failing at allocation {n}");
+        check!(
+            n <= MAX_NTH,
+            "{label}: detach: still failing at allocation {n}"
+        );
         let file = device()?;
-        let mut req = request(&skel.progs.count_fentry0, &ids, &addrs);
-        let alone = callers(&funcs[..5])?;
-        attach_request(&file, &mut req).context("attach of link B")?;
-        check_tramps(&funcs, tramp, "link B attached")?;
-        check_moved(&funcs, &alone, tramp, "link B attached")?;
+        let mut req = case.request_b();
+        let alone = callers(&case.funcs()[..a_end])?;
+        attach_request(&file, &mut req).with_context(|| format!("{label}: attach of link B"))?;
+        check_tramps(case.funcs(), tramp, "link B attached")?;
+        check_moved(case, &alone, tramp, "link B attached")?;
         nth.arm(n)?;
         // The last reference: rkf_multi's release runs (from task work) before close()
         // returns.
         drop(file);
         let fired = nth.disarm()?;
-        let what = format!("detach with allocation {n} failing");
+        let what = format!("{label}: detach with allocation {n} failing");
         // A's functions may all get new trampolines: those B shared, and the others if
         // fewer than half of their image's functions keep it (rust/multi/table.rs).
-        only_a(&mut skel, &funcs, a.id, tramp, &what)?;
+        only_a(case, a.id, tramp, &what)?;
         if !fired {
             break;
         }
         n += 1;
     }
     diag!(
-        "{tramp:?}: detach: {} allocations failed in turn, the link gone every time",
+        "{label}: detach: {} allocations failed in turn, the link gone every time",
         n - 1
     );
-    check!(n > 1, "detach: no allocation to fail");
-
+    check!(n > 1, "{label}: detach: no allocation to fail");
     drop(a);
     Ok(())
 }

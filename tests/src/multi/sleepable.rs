@@ -48,6 +48,11 @@ fn targets() -> Result<Vec<Func>> {
     resolve_in_order(&TARGETS)
 }
 
+/// The storm's functions, `STORM` in that order.
+pub(super) fn storm_targets() -> Result<Vec<Func>> {
+    resolve_in_order(&STORM)
+}
+
 /// `names`, resolved, in that order.
 fn resolve_in_order(names: &[&str]) -> Result<Vec<Func>> {
     let mut r = multi::resolve(names)?;
@@ -444,7 +449,7 @@ fn shared_sleepable_storm() -> Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     let cycles = super::storm_cycles();
-    let funcs = resolve_in_order(&STORM)?;
+    let funcs = storm_targets()?;
     let called = &funcs[..2];
     let sleepable = &funcs[1..2];
     let mut obj = MaybeUninit::uninit();
