@@ -5,10 +5,11 @@
  * it and naming it for kallsyms, perf and the unwinder take the BPF JIT's own helpers,
  * and kfree_rcu() is a macro.
  *
- * An image with exits (fexit, session or sleepable programs) counts the calls in flight
- * inside its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
- * __bpf_tramp_exit()): a task may sleep there, or in a sleepable program, for any time
- * with a return address into the image on its stack.  Once no site calls it any more
+ * An image with exits (fexit or session programs) counts the calls in flight inside
+ * its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
+ * __bpf_tramp_exit()), and one with sleepable fentry programs alone the calls inside
+ * them: a task may sleep there for any time with a return address into the image on its
+ * stack.  Once no site calls it any more
  * it is retired here, and freed only once the count is 0 and an RCU tasks grace period
  * has passed.  When rkf_multi unloads, an image some call never came back to (the task
  * exited inside the function, or still sleeps there) is declared dead: such a call then
@@ -35,7 +36,8 @@
  * @code: the text, from the BPF pack allocator
  * @size: its size
  * @seq:  its number, in its symbol
- * @inflight: calls inside a function of its trampolines with an exit
+ * @inflight: calls inside a function of its trampolines with an exit, or inside the
+ *            programs of one with sleepable fentry programs alone
  * @dead: set when rkf_multi unloads with calls in flight: they return calling nothing
  * @stuck: the calls that were in flight then
  * @drain: on rkf_multi_draining once retired, until @inflight is 0
@@ -57,7 +59,7 @@ struct rkf_multi_image {
 	struct rcu_head rcu;
 };
 
-/* Retired images with exits, until no call is in flight inside them. */
+/* Retired images that count calls in flight, until none is left inside them. */
 static LIST_HEAD(rkf_multi_draining);
 static DEFINE_MUTEX(rkf_multi_drain_lock);
 static void rkf_multi_drain_fn(struct work_struct *work);
@@ -233,7 +235,7 @@ static void rkf_multi_drain_fn(struct work_struct *work)
 }
 
 /**
- * rkf_multi_image_retire() - free an image with exits once no call is in it
+ * rkf_multi_image_retire() - free an image that counts calls once none is in it
  * @im:      from rkf_multi_image_alloc(): no site calls it, and an RCU tasks grace
  *           period passed since the last did (no task can enter it any more)
  * @garbage: what its code names, freed with it
@@ -286,7 +288,8 @@ void rkf_multi_image_drain_exit(void)
 	if (list_empty(&busy))
 		return;
 	/*
-	 * A call that read the flag before it was set may be running exit runs:
+	 * A call that read the flag before it was set may be running exit runs, and one
+	 * counted around its programs (sleepable fentry programs alone, no flag) entry runs:
 	 * rkf_multi's code and the garbage.  It cannot sleep there: every link is detached
 	 * by now, after its sleepable programs' runs ended (an RCU tasks trace grace
 	 * period), and a run that may sleep checks that first.

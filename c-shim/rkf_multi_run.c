@@ -574,12 +574,13 @@ notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
  * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
  * @ctx: the trampoline's frame
  *
- * The trampoline counts the call in flight from entry to return, so its image and slots
- * outlive a task asleep here.  The programs are run as the shared trampoline runs those
- * of a function with sleepable programs, under RCU tasks trace (rkf_multi_run_any()): a
- * link detached meanwhile runs no more, and is still there to be read, as every link of
- * the function was marked beside a sleepable program when the image was generated for
- * it, and is freed after an RCU tasks trace grace period (rust/multi/registry.rs).
+ * The trampoline counts the call in flight, from entry to return or, without an exit,
+ * around its programs, so its image and slots outlive a task asleep here.  The programs
+ * are run as the shared trampoline runs those of a function with sleepable programs,
+ * under RCU tasks trace (rkf_multi_run_any()): a link detached meanwhile runs no more,
+ * and is still there to be read, as every link of the function was marked beside a
+ * sleepable program when the image was generated for it, and is freed after an RCU
+ * tasks trace grace period (rust/multi/registry.rs).
  */
 notrace void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
 {

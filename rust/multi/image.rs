@@ -44,17 +44,19 @@ impl Trampoline {
 /// is `Some` until it is dropped.  Its code is entered only while a table holds the
 /// image: tables are dropped only after every site left the trampolines only they hold
 /// and no task can be entering them (a deferred free with `tasks`), or, for a table never
-/// published, before any site called them.  An image with exits (`exit`: fexit, session
-/// or sleepable programs) may still have calls in flight inside their functions, or
-/// asleep in a sleepable program, then: c-shim/rkf_multi_image.c frees it, and `data`,
-/// once they have all come back.
+/// published, before any site called them.  An image that counts calls in flight
+/// (`counted`: trampolines with exits, for fexit or session programs, or with
+/// sleepable programs) may still have calls inside their functions, or asleep in a
+/// sleepable program, then: c-shim/rkf_multi_image.c frees it, and `data`, once they
+/// have all come back.
 pub(crate) struct Image {
     ptr: *mut rkf_h::rkf_multi_image,
     data: Option<KBox<ImageData>>,
     /// Functions whose trampolines were generated into it.
     funcs: u32,
-    /// Whether it has trampolines with an exit, which count the calls in flight.
-    exit: bool,
+    /// Whether it has trampolines that count calls in flight: from entry to return
+    /// (an exit) or around their programs (sleepable fentry programs, no exit).
+    counted: bool,
 }
 
 /// What an image's code names, in kernel data.
@@ -87,7 +89,7 @@ impl Image {
 impl Drop for Image {
     fn drop(&mut self) {
         let data = self.data.take();
-        if let (true, Some(d)) = (self.exit, data) {
+        if let (true, Some(d)) = (self.counted, data) {
             // SAFETY: this object owns the image and no site calls it (type invariant);
             // `free_data` takes the box back once, in process context, when the image's
             // calls in flight have come back.
@@ -97,12 +99,12 @@ impl Drop for Image {
             return;
         }
         // SAFETY: this object owns the image and no code runs in it any more (type
-        // invariant: it has no exit, so no call stays inside it).
+        // invariant: it counts no call, so no call stays inside it).
         unsafe { rkf_h::rkf_multi_image_free(self.ptr) };
     }
 }
 
-/// Frees what an image with exits named, once it was drained.
+/// Frees what an image that counts calls in flight named, once it was drained.
 ///
 /// # Safety
 ///
@@ -113,7 +115,7 @@ unsafe extern "C" fn free_data(data: *mut c_void) {
     drop(unsafe { KBox::from_raw(data.cast::<ImageData>()) });
 }
 
-/// The retired images with exits: at unload, the ones no call is in any more
+/// The retired images that count calls in flight: at unload, the ones no call is in any more
 /// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
 pub(crate) struct ImageDrain;
 
@@ -147,13 +149,17 @@ pub(crate) struct FuncCode<'a> {
 }
 
 impl FuncCode<'_> {
-    /// The shape of its exit, if it has one: its session and fexit programs.  A function
-    /// with a sleepable program has one even without them, so that its calls are counted
-    /// in flight while a program sleeps.
+    /// The shape of its exit, if it has one: its session and fexit programs.
     fn exit(&self) -> Option<(u32, u32)> {
         let nr_fexit = self.progs.len() - self.nr_fentry - self.nr_session;
-        (self.nr_session + nr_fexit > 0 || self.sleepable)
-            .then_some((self.nr_session as u32, nr_fexit as u32))
+        (self.nr_session + nr_fexit > 0).then_some((self.nr_session as u32, nr_fexit as u32))
+    }
+
+    /// Whether its trampoline counts its calls in flight around its fentry programs: it
+    /// has a sleepable program and no exit (which would count the call from entry to
+    /// return).  As the kernel's fentry.s trampoline, it does not call the function.
+    fn counted(&self) -> bool {
+        self.sleepable && self.exit().is_none()
     }
 
     /// What it runs its entry and exit runs through (c-shim/rkf_multi_run.c).
@@ -200,7 +206,8 @@ fn account(ip: u64, out: &mut [u8]) -> bool {
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// exit runs' slots name): returns the image and the address of each function's trampoline.
+/// slots of exit runs and sleepable runs name): returns the image and the address of
+/// each function's trampoline.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
@@ -209,12 +216,19 @@ pub(crate) fn generate(
 ) -> Result<(Arc<Image>, KVVec<usize>)> {
     // Per function: its offset in the code, the slots of ctx to fill and its length.
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    let (mut size, mut nr_slots, mut exit) = (0usize, 0usize, false);
+    let (mut size, mut nr_slots, mut counted) = (0usize, 0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
-        exit |= f.exit().is_some();
+        counted |= f.exit().is_some() || f.counted();
         size = tramp_core::align(size);
-        let len = tramp_core::len(f.nr_args, saved, f.nr_fentry as u32, f.exit(), m);
+        let len = tramp_core::len(
+            f.nr_args,
+            saved,
+            f.nr_fentry as u32,
+            f.exit(),
+            f.counted(),
+            m,
+        );
         layout.push((size, saved, len), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
@@ -226,8 +240,8 @@ pub(crate) fn generate(
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
-    let mut flags = KVVec::with_capacity(if exit { detached.len() } else { 0 }, GFP_KERNEL)?;
-    if exit {
+    let mut flags = KVVec::with_capacity(if counted { detached.len() } else { 0 }, GFP_KERNEL)?;
+    if counted {
         for &d in detached {
             flags.push(d.clone(), GFP_KERNEL)?;
         }
@@ -251,9 +265,9 @@ pub(crate) fn generate(
         ptr: im,
         data: Some(data),
         funcs: funcs.len() as u32,
-        exit,
+        counted,
     };
-    let (inflight, dead) = if exit {
+    let (inflight, dead) = if counted {
         // SAFETY: `im` is a live image.
         unsafe {
             (
@@ -299,6 +313,7 @@ pub(crate) fn generate(
                 inflight,
                 dead,
             }),
+            counted: f.counted().then_some(inflight),
             mitigations: *m,
         };
         tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &spec).map_err(|_| ERANGE)?;

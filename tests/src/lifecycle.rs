@@ -409,14 +409,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             "the reader came back before anything was written"
         );
         check_eq!(module_state(MULTI)?, None, "rkf_multi's state after rmmod");
-        let leaked: Vec<String> = rkf::kallsyms::Kallsyms::load()?
-            .symbols()
-            .iter()
-            .filter(|s| {
-                s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_leaked_")
-            })
-            .map(|s| s.name.clone())
-            .collect();
+        let leaked = leaked_images()?;
         check!(
             !leaked.is_empty(),
             "no image left behind in kallsyms with a call in flight"
@@ -483,6 +476,17 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
 
 /// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
 /// on its kernel stack (/proc/self/task/TID/stat and stack).
+/// The images of generated trampolines rkf_multi left behind when it unloaded with calls
+/// in flight inside them: BPF text that kallsyms names rkf_multi_leaked_<n>.
+pub(crate) fn leaked_images() -> Result<Vec<String>> {
+    Ok(rkf::kallsyms::Kallsyms::load()?
+        .symbols()
+        .iter()
+        .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_leaked_"))
+        .map(|s| s.name.clone())
+        .collect())
+}
+
 pub(crate) fn blocked_in(tid: i32, func: &str) -> Result<bool> {
     let task = format!("/proc/self/task/{tid}");
     let stat = std::fs::read_to_string(format!("{task}/stat"))

@@ -20,10 +20,12 @@
 //! mov qword [rbp-104+8*i], 0  (nr_args, 6 <= i < saved)   ctx[i]: no such argument
 //! mov qword [rbp-112], nr_args                  ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-120], rax          ctx[-2]: bpf_get_func_ip()
-//! [movabs rax, &inflight; lock inc qword [rax]] with an exit: a call in flight
+//! [movabs rax, &inflight; lock inc qword [rax]] with an exit, or sleepable fentry
+//!                                               programs: a call in flight
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
+//! [movabs rax, &inflight; lock dec qword [rax]] sleepable fentry programs, no exit
 //! with session programs:
 //!     mov qword [rbp-128-8*k], 0  (k < ns)      ctx[-3-k]: session k's cookie
 //!     mov qword [rbp-104+8*nr_args], 0; [mov qword [rbp-56], 0]   the return value: 0
@@ -67,11 +69,13 @@
 //! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
 //! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
 //! have slept in the function for any time: it first checks that the slot's link is
-//! still attached.  A function with a sleepable program has an exit even without exit
-//! runs, so that its calls are counted in flight from entry to return: a task may sleep
-//! inside a program as inside the function, and RCU tasks takes a sleeping task for one
-//! outside the code; both its `run` and its `run_exit` then check the link and run a
-//! sleepable program under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session
+//! still attached.  A task may sleep inside a sleepable program as inside the function,
+//! and RCU tasks takes a sleeping task for one outside the code: a function with a
+//! sleepable program counts its calls in flight, from entry to return if it has an
+//! exit, and otherwise (sleepable fentry programs, no fexit or session) around its
+//! programs only, as the kernel's fentry.s trampoline does not call the function either;
+//! both its `run` and its `run_exit` then check the link and run a sleepable program
+//! under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session
 //! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the
 //! argument count, the index of the program's cookie (`bpf_session_cookie()` is
 //! `&ctx[-index]`, inlined by the verifier) and on exit the is-return bit
@@ -194,12 +198,11 @@ impl Mitigations {
     }
 }
 
-/// What a trampoline does after its fentry programs when the function has session,
-/// fexit or sleepable programs: it runs the sessions' entry runs, calls the rest of the
-/// function itself, as a BPF trampoline with `BPF_TRAMP_F_CALL_ORIG` does, then runs the
+/// What a trampoline does after its fentry programs when the function has session or
+/// fexit programs: it runs the sessions' entry runs, calls the rest of the function
+/// itself, as a BPF trampoline with `BPF_TRAMP_F_CALL_ORIG` does, then runs the
 /// sessions' exit runs and the fexit programs, with the call counted in flight
-/// throughout.  It may have no exit run (a function whose only programs are sleepable
-/// fentry ones) but not no program at all.
+/// throughout.
 #[derive(Clone, Copy, Debug)]
 pub struct Exit<'a> {
     /// The address of each session program's slot, in the order they run (at most
@@ -234,9 +237,14 @@ pub struct Spec<'a> {
     /// The address of `rkf_multi_run_prog()` (`rkf_multi_run_sleepable_slot()` for a
     /// function with a sleepable program).
     pub run: u64,
-    /// For a function with session, fexit or sleepable programs: calling it and running
-    /// its exit runs, the call counted in flight.
+    /// For a function with session or fexit programs: calling it and running its exit
+    /// runs, the call counted in flight.
     pub exit: Option<Exit<'a>>,
+    /// For a function without an exit whose fentry programs may sleep: the image's count
+    /// of calls in flight (an `atomic_long_t`), incremented before the programs and
+    /// decremented after them, so that the image outlives a task asleep in one.  (With
+    /// an exit, [`Exit::inflight`] counts the call from entry to return.)
+    pub counted: Option<u64>,
     /// What the cpu wants of the code.
     pub mitigations: Mitigations,
 }
@@ -245,7 +253,8 @@ pub struct Spec<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitError {
     /// More than [`MAX_ARGS`] slots, fewer filled than arguments, more than
-    /// [`MAX_SESSIONS`] sessions, or no program.
+    /// [`MAX_SESSIONS`] sessions, no program, an exit without exit runs, or a count
+    /// around the programs with an exit or without fentry programs.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -268,12 +277,14 @@ pub fn align(off: usize) -> usize {
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
 /// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `exit` (session
 /// programs, fexit programs), calls the function and runs that many session and fexit
-/// programs, on a cpu that wants `m`.
+/// programs, or without it, with its programs `counted` ([`Spec::counted`]), on a cpu
+/// that wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,
     nr_entry: u32,
     exit: Option<(u32, u32)>,
+    counted: bool,
     m: &Mitigations,
 ) -> usize {
     // Accounting, prologue 1+3+4 (or +7 for a frame past 127 bytes), a register slot 4
@@ -298,8 +309,8 @@ pub fn len(
         entry += 11 * sessions + 8 * entry_ret_slots(nr_args).1 + (14 + prog) * sessions;
     }
     let tail = match exit {
-        // leave, the return.
-        None => 1 + m.return_len(),
+        // The count up and down 10+4 each, leave, the return.
+        None => 28 * usize::from(counted) + 1 + m.return_len(),
         // The count up 10+4 (before the programs), the stack arguments pushed 3 each, the
         // call, dropping them 4, the return value to ctx[12] and maybe ctx[nr_args] and
         // ctx[6], the dead check 10+3+6, the exit runs, the count down 10+4, the return
@@ -456,7 +467,9 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let no_exit_run = |e: Exit<'_>| e.slots.is_empty() && e.sessions.is_empty();
     if saved > MAX_ARGS as usize
         || n > saved
-        || (t.slots.is_empty() && t.exit.is_none_or(no_exit_run))
+        || t.exit.is_some_and(no_exit_run)
+        || (t.slots.is_empty() && t.exit.is_none())
+        || (t.counted.is_some() && (t.exit.is_some() || t.slots.is_empty()))
     {
         return Err(EmitError::BadShape);
     }
@@ -468,7 +481,14 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let shape = t
         .exit
         .map(|e| (e.sessions.len() as u32, e.slots.len() as u32));
-    let total = len(t.nr_args, t.saved, t.slots.len() as u32, shape, m);
+    let total = len(
+        t.nr_args,
+        t.saved,
+        t.slots.len() as u32,
+        shape,
+        t.counted.is_some(),
+        m,
+    );
     if buf.len() != total {
         return Err(EmitError::BadBuffer);
     }
@@ -510,13 +530,20 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     o.bytes(&MOVABS_RAX);
     o.u64(t.addr);
     o.rbp_mov((0, false), FUNC_IP, true);
-    if let Some(e) = &t.exit {
+    if let Some(c) = t.exit.map(|e| e.inflight).or(t.counted) {
         // movabs rax, inflight; lock inc qword [rax]
         o.bytes(&MOVABS_RAX);
-        o.u64(e.inflight);
+        o.u64(c);
         o.bytes(&[0xf0, 0x48, 0xff, 0x00]);
     }
     o.progs(at, m, t.slots, t.run)?;
+    if let Some(c) = t.counted {
+        // movabs rax, inflight; lock dec qword [rax]: past the programs the task runs
+        // only the rest of this code, which an RCU tasks grace period waits out.
+        o.bytes(&MOVABS_RAX);
+        o.u64(c);
+        o.bytes(&[0xf0, 0x48, 0xff, 0x08]);
+    }
     if !sessions.is_empty() {
         // mov qword [rbp+COOKIES-8*k], 0: each session's cookie starts at 0.
         for k in 0..sessions.len() {

@@ -79,8 +79,8 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
     ));
     e.push(format!("mov rax, {:#x}", t.addr));
     e.push(format!("mov [rbp-{:#x}], rax", -(FUNC_IP as i32)));
-    if let Some(x) = &t.exit {
-        e.push(format!("mov rax, {:#x}", x.inflight));
+    if let Some(c) = t.exit.map(|x| x.inflight).or(t.counted) {
+        e.push(format!("mov rax, {c:#x}"));
         e.push("lock inc qword ptr [rax]".to_string());
     }
     let progs = |e: &mut Vec<String>, slots: &[u64], run: &str| {
@@ -92,6 +92,10 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         }
     };
     progs(&mut e, t.slots, "RUN");
+    if let Some(c) = t.counted {
+        e.push(format!("mov rax, {c:#x}"));
+        e.push("lock dec qword ptr [rax]".to_string());
+    }
     // ctx[-1] of session k: the argument count, the cookie's index at bit 8, the
     // is-return bit 63 (include/linux/bpf.h), written through rax.
     let meta = |e: &mut Vec<String>, k: usize, exit: bool| {
@@ -211,6 +215,7 @@ fn size(t: &Spec<'_>) -> usize {
         t.saved,
         t.slots.len() as u32,
         exit,
+        t.counted.is_some(),
         &t.mitigations,
     )
 }
@@ -299,7 +304,17 @@ fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'
         slots,
         run,
         exit: None,
+        counted: None,
         mitigations: Mitigations::default(),
+    }
+}
+
+/// `t` (fentry programs, no exit) with its programs counted in flight, as rkf_multi
+/// generates it for a function whose only programs are fentry ones, some sleepable.
+fn counted(t: Spec<'_>) -> Spec<'_> {
+    Spec {
+        counted: Some(0xffff_8880_0777_0010),
+        ..t
     }
 }
 
@@ -362,11 +377,12 @@ fn every_arg_count() {
                 check(at, &on(m, with_exit(t, &exits, body, run_exit)));
                 let t = tramp(nr, saved, addr, &[], run);
                 check(at, &on(m, with_exit(t, &exits[..1], body, run_exit)));
-                // Sleepable fentry programs alone: the call counted in flight, no exit
-                // run; entry and exit runs through the same function, as rkf_multi
-                // generates them for a function with a sleepable program.
+                // Sleepable fentry programs alone: no exit, the programs counted in
+                // flight; with fexit programs, entry and exit runs through the same
+                // function, as rkf_multi generates them for a function with a sleepable
+                // program.
                 let t = tramp(nr, saved, addr, &slots[..2], run);
-                check(at, &on(m, with_exit(t, &[], body, run_exit)));
+                check(at, &on(m, counted(t)));
                 let t = tramp(nr, saved, addr, &slots[..2], run);
                 check(at, &on(m, with_exit(t, &exits, body, run)));
                 // Session programs: alone, the most a function has, with fentry and
@@ -391,7 +407,7 @@ fn every_arg_count() {
 #[test]
 fn refusals() {
     let slots = [0xffff_8880_0123_4000];
-    let mut buf = vec![0u8; len(1, 1, 1, None, &Mitigations::default())];
+    let mut buf = vec![0u8; len(1, 1, 1, None, false, &Mitigations::default())];
     let bad = |buf: &mut [u8], t: &Spec<'_>| {
         let before = buf.to_vec();
         let e = emit(buf, 0xffff_ff00_0000_0000, t);
@@ -434,7 +450,7 @@ fn refusals() {
         call_depth: None,
         return_thunk: Some(thunk),
     };
-    let mut tb = vec![0u8; len(1, 1, 1, None, &thunked(0))];
+    let mut tb = vec![0u8; len(1, 1, 1, None, false, &thunked(0))];
     assert_eq!(
         bad(
             &mut tb,
@@ -442,12 +458,12 @@ fn refusals() {
         ),
         Err(EmitError::TooFar)
     );
-    let counted = Mitigations {
+    let accounted = Mitigations {
         call_depth: Some(CALL_DEPTH),
         return_thunk: None,
     };
     assert_eq!(
-        bad(&mut buf, &on(counted, tramp(1, 1, 0, &slots, at))),
+        bad(&mut buf, &on(accounted, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::BadBuffer)
     );
     // Accounting that cannot be written fails the trampoline.
@@ -458,28 +474,46 @@ fn refusals() {
         }),
         return_thunk: None,
     };
-    let mut fb = vec![0u8; len(1, 1, 1, None, &failing)];
+    let mut fb = vec![0u8; len(1, 1, 1, None, false, &failing)];
     assert_eq!(
         emit(&mut fb, at, &on(failing, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::Accounting)
     );
-    // fexit: no program at all is refused, an exit without exit runs after fentry ones
-    // (sleepable ones, counted in flight) is not; the body and the exit run must be in
-    // reach.
-    let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), &Mitigations::default())];
-    let mut eb = vec![0u8; len(1, 1, 0, Some((0, 0)), &Mitigations::default())];
+    // fexit: no program at all is refused, and so is an exit without exit runs, with or
+    // without fentry programs (sleepable fentry programs alone are counted, with no
+    // exit); the body and the exit run must be in reach.
+    let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), false, &Mitigations::default())];
+    let mut eb = vec![0u8; len(1, 1, 0, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
         Err(EmitError::BadShape)
     );
-    check(at, &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at));
-    // Its exit makes it longer than the same fentry program's without.
+    let mut eb1 = vec![0u8; len(1, 1, 1, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(
-            &mut buf,
+            &mut eb1,
             &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at)
         ),
+        Err(EmitError::BadShape)
+    );
+    // Counted programs: not with an exit (which counts the call itself), not without a
+    // fentry program; the count makes the code longer than the same program's without.
+    let mut cb = vec![0u8; len(1, 1, 1, None, true, &Mitigations::default())];
+    check(at, &counted(tramp(1, 1, 0, &slots, at)));
+    assert_eq!(
+        bad(&mut buf, &counted(tramp(1, 1, 0, &slots, at))),
         Err(EmitError::BadBuffer)
+    );
+    assert_eq!(
+        bad(&mut cb, &counted(tramp(1, 1, 0, &[], at))),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(
+            &mut cb,
+            &counted(with_exit(tramp(1, 1, 0, &slots, at), &slots, at, at))
+        ),
+        Err(EmitError::BadShape)
     );
     assert_eq!(
         bad(
@@ -514,6 +548,7 @@ fn refusals() {
             1,
             0,
             Some((MAX_SESSIONS + 1, 0)),
+            false,
             &Mitigations::default()
         )
     ];
@@ -576,11 +611,13 @@ proptest! {
     ) {
         let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
-        check(at, &on(m, tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64))));
+        let t = tramp(nr, saved, addr, &slots, at.wrapping_add(delta as u64));
+        check(at, &on(m, t));
+        // Sleepable ones: counted around the runs.
+        check(at, &on(m, counted(t)));
     }
 
-    /// Exits: session programs, fexit programs, both or none (a function whose fentry
-    /// programs are sleepable), with and without fentry ones.
+    /// Exits: session programs, fexit programs or both, with and without fentry ones.
     #[test]
     fn decodes_as_intended_with_exit_runs(
         nr in 0u32..=12,
@@ -594,8 +631,8 @@ proptest! {
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
     ) {
-        // An exit may have no exit run (sleepable fentry programs), not no program.
-        prop_assume!(!entries.is_empty() || !sessions.is_empty() || !exits.is_empty());
+        // An exit has an exit run.
+        prop_assume!(!sessions.is_empty() || !exits.is_empty());
         let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
         let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));

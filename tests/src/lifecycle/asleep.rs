@@ -8,8 +8,9 @@
 //! rkf_testmod's parameter `release`; a non-sleepable fexit program on the same function
 //! records the call's return, and a non-sleepable fentry program attached after it counts
 //! the runs that follow the sleep.  A generated trampoline counts such a call in flight
-//! from entry to return, and runs every program of the function only while its link is
-//! attached (`rkf_multi_run_sleepable_slot()`); the shared one counts its frame, runs the
+//! from entry to return (without the fexit, which it then does not call the function
+//! for, from the first program's run to the last's), and runs every program of the
+//! function only while its link is attached (`rkf_multi_run_sleepable_slot()`); the shared one counts its frame, runs the
 //! programs after the sleep only while their links are attached, and looks the function
 //! up again on the way out.  Every link that shared the function with the sleepable
 //! program is freed after an RCU tasks trace grace period, so that the sleeper can still
@@ -24,7 +25,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use super::{blocked_in, kernel_stack, module_state, MULTI};
+use super::{blocked_in, kernel_stack, leaked_images, module_state, MULTI};
 use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
@@ -141,10 +142,10 @@ impl Caller {
     }
 }
 
-/// The links of one round: the fexit program, the sleepable one, and a plain fentry
-/// program after it, attached in that order.
+/// The links of one round: the fexit program (if the round has it), the sleepable one,
+/// and a plain fentry program after it, attached in that order.
 struct Links {
-    fexit: Link,
+    fexit: Option<Link>,
     sleeper: Link,
     late: Link,
 }
@@ -156,10 +157,13 @@ fn attach_and_sleep(
     funcs: &[Func],
     caller: &Caller,
     tramp: Tramp,
+    fexit: bool,
 ) -> Result<Links> {
     let attach = |prog| Link::attach(prog, funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
     let links = Links {
-        fexit: attach(&skel.progs.asleep_fexit)?,
+        fexit: fexit
+            .then(|| attach(&skel.progs.asleep_fexit))
+            .transpose()?,
         sleeper: attach(&skel.progs.asleep_fentry)?,
         late: attach(&skel.progs.late_fentry)?,
     };
@@ -223,25 +227,30 @@ fn target() -> Result<Vec<Func>> {
 }
 
 /// Through generated trampolines, then the shared one (rkf_multi reloaded with
-/// `generate=0`):
+/// `generate=0`), then through a generated trampoline without the fexit (which then
+/// neither calls the function nor has an exit):
 ///
 /// 1. The sleepable link, and a plain fentry attached after it, are detached while the
-///    program sleeps: the detaches return, the links are gone, the call stays asleep;
-///    once woken, the program ends its run, the fentry after it does not run, the call
-///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
-///    and sees that value.
+///    program sleeps: the detaches return, the links are gone, the call stays asleep
+///    (without the fexit, no function is hooked any more, and the trampoline's image is
+///    retired); once woken, the program ends its run, the fentry after it does not run,
+///    the call returns what getpgid(2) returns, and the fexit program, still attached,
+///    runs once and sees that value.
 /// 2. Again asleep, every link and every fd of the programs closed: rmmod of rkf_multi
 ///    is refused (EAGAIN) for as long as the program sleeps, which stays loaded (it pins
 ///    the module until its run ends and its link is freed, after an RCU tasks trace
-///    grace period); once woken, rkf_multi unloads, the program is freed, the call
-///    returns the right value, and the programs of the links detached during the call
-///    never ran.  rkf_multi loads again.
+///    grace period); once woken, the call returns the right value, rkf_multi unloads,
+///    the program is freed, the programs of the links detached during the call never
+///    ran, and no image was left behind (every call counted in flight came back through
+///    its image).  rkf_multi loads again.
 pub(super) fn sleepable_program_asleep() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
-    Tramp::run_both(asleep_through)
+    Tramp::run_both(|tramp| asleep_through(tramp, true))?;
+    asleep_through(Tramp::Generated, false).context("without the fexit")
 }
 
-fn asleep_through(tramp: Tramp) -> Result<()> {
+/// One pass through trampolines of kind `tramp`, with the fexit program if `fexit`.
+fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     let funcs = target()?;
     // SAFETY: getpgid(2) has no memory arguments.
     let pgid = unsafe { libc::getpgid(0) };
@@ -261,7 +270,7 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
         Ok(())
     })?;
     let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
-    let links = attach_and_sleep(&skel, &funcs, &caller, tramp)?;
+    let links = attach_and_sleep(&skel, &funcs, &caller, tramp, fexit)?;
     let ids = [links.sleeper.id, links.late.id];
     // The sleepable link first, then the one after it: what the call meets after its
     // sleep.
@@ -287,8 +296,8 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     );
     check_eq!(
         (b.fexit_runs, b.fexit_ret),
-        (1, pgid as u64),
-        "runs of the fexit still attached, and the return value it saw"
+        if fexit { (1, pgid as u64) } else { (0, 0) },
+        "runs of the fexit (attached: {fexit}), and the return value it saw"
     );
     drop(links.fexit);
 
@@ -301,13 +310,14 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
         (b.fexit_runs, b.fexit_ret) = (0, 0);
         b.target_pid = caller.tid as u32;
     }
-    let links = attach_and_sleep(&skel, &funcs, &caller, tramp)?;
+    let links = attach_and_sleep(&skel, &funcs, &caller, tramp, fexit)?;
     let prog = multi::links()?
         .iter()
         .find(|l| l.id == links.sleeper.id)
         .map(|l| l.prog_id)
         .context("the sleepable link is not listed")?;
     let reload = Reload(tramp);
+    let leaked_before = leaked_images()?;
     drop((links, skel));
     // For 3 s of the program's sleep, long past the grace periods of links nothing slept
     // beside: it stays loaded, and rkf_multi pinned.  The count is read first: were it
@@ -337,9 +347,20 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     );
     release(true)?;
     drop(wake);
+    // The call returns first: an image it is still on its way out of would be left behind.
+    let b = caller.returned(pgid, &map)?;
     rmmod_wait(MULTI, Duration::from_secs(120))?;
     check!(!prog_loaded(prog)?, "the program outlived rkf_multi");
-    let b = caller.returned(pgid, &map)?;
+    let leaked: Vec<String> = leaked_images()?
+        .into_iter()
+        .filter(|l| !leaked_before.contains(l))
+        .collect();
+    check_eq!(
+        leaked,
+        Vec::<String>::new(),
+        "images left behind by rkf_multi's unload (a call counted in flight never counted \
+         its way out)"
+    );
     check_eq!(
         (b.asleep, b.woke, b.wait_err, b.late_runs, b.fexit_runs),
         (1, 1, 0, 0, 0),
@@ -349,7 +370,8 @@ fn asleep_through(tramp: Tramp) -> Result<()> {
     reload.ensure()?;
     drop(reload);
     diag!(
-        "{tramp:?}: a program asleep outlived its link's detach and held rkf_multi until it woke"
+        "{tramp:?}, fexit beside it {fexit}: a program asleep outlived its link's detach and \
+         held rkf_multi until it woke"
     );
     crate::multi::smoke().context("rkf_multi after reload")
 }
