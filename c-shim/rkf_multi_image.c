@@ -9,12 +9,12 @@
  * its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
  * __bpf_tramp_exit()), and one with sleepable fentry programs alone the calls inside
  * them: a task may sleep there for any time with a return address into the image on its
- * stack.  Once no site calls it any more
- * it is retired here, and freed only once the count is 0 and an RCU tasks grace period
- * has passed.  When rkf_multi unloads, an image some call never came back to (the task
- * exited inside the function, or still sleeps there) is declared dead: such a call then
- * returns through it calling nothing, and the image is left behind, as the kernel
- * leaves a BPF trampoline's image behind in that case.
+ * stack.  Once no site calls it any more it is retired here, and freed only once the
+ * count is 0 and an RCU tasks grace period has passed.  When rkf_multi unloads, an image
+ * some call never came back to (the task exited inside the function, or still sleeps
+ * there) is declared dead: such a call then returns through it calling nothing, and the
+ * image is left behind, as the kernel leaves a BPF trampoline's image behind in that
+ * case.
  */
 
 #include <linux/bpf.h>
@@ -241,8 +241,8 @@ static void rkf_multi_drain_fn(struct work_struct *work)
  * @garbage: what its code names, freed with it
  * @free:    frees @garbage, in process context
  *
- * Calls that entered it may still be inside their functions: the image and @garbage are
- * freed once the last has come back.
+ * Calls that entered it may still be inside their functions, or their sleepable
+ * programs: the image and @garbage are freed once the last has come back.
  */
 void rkf_multi_image_retire(struct rkf_multi_image *im, void *garbage,
 			    void (*free)(void *garbage))
@@ -262,15 +262,17 @@ void rkf_multi_image_retire(struct rkf_multi_image *im, void *garbage,
  * Called once nothing can retire an image any more.  An image with calls still in
  * flight is declared dead, so that they come back through it calling nothing of
  * rkf_multi's; after an RCU tasks grace period no task runs rkf_multi's code from it any
- * more, its garbage is freed, and the image itself is left behind (its symbol renamed
- * rkf_multi_leaked_<n>), as the kernel leaves a BPF trampoline's image whose calls never
- * came back.
+ * more.  An image whose calls have all come back by then (they were on their way out)
+ * is freed; of the others the garbage is freed, and the image itself is left behind (its
+ * symbol renamed rkf_multi_leaked_<n>), as the kernel leaves a BPF trampoline's image
+ * whose calls never came back.
  */
 void rkf_multi_image_drain_exit(void)
 {
 	struct rkf_multi_image *im, *tmp;
 	LIST_HEAD(idle);
 	LIST_HEAD(busy);
+	LIST_HEAD(late);
 
 	cancel_delayed_work_sync(&rkf_multi_drain_work);
 	mutex_lock(&rkf_multi_drain_lock);
@@ -295,6 +297,15 @@ void rkf_multi_image_drain_exit(void)
 	 * period), and a run that may sleep checks that first.
 	 */
 	synchronize_rcu_tasks();
+	list_for_each_entry_safe(im, tmp, &busy, drain) {
+		im->stuck = atomic_long_read(&im->inflight);
+		if (!im->stuck)
+			list_move(&im->drain, &late);
+	}
+	/* Their last calls may still be on their way out of the code. */
+	rkf_multi_drain_free(&late);
+	if (list_empty(&busy))
+		return;
 	list_for_each_entry(im, &busy, drain) {
 		im->free(im->garbage);
 		pr_info("%s: %ld calls never came back; left behind, dead\n", im->ksym.name,

@@ -119,11 +119,12 @@ const _: () = {
 /// no link and no table left; then the shared trampoline's frames, waited for until every
 /// task that was inside a traced function or a sleepable program has returned through its
 /// text; then the deferred frees, drained, with the last tables, links and generated
-/// trampolines; then the retired images with exits (fexit, session, sleepable), freed once no
-/// call is in them, or declared dead and left behind (a task may never come back: it
-/// exited inside the function); then the ftrace_ops, which unhooks its last site, the
-/// anchor's (a function nothing calls), and with it leaves ftrace; last the sleepable
-/// template's registration, which has nothing to undo.
+/// trampolines; then the retired images that count calls in flight (exits for fexit and
+/// session programs, sleepable programs), freed once no call is in them, or declared dead
+/// and left behind (a task may never come back: it exited inside the function); then the
+/// ftrace_ops, which unhooks its last site, the anchor's (a function nothing calls), and
+/// with it leaves ftrace; last the sleepable template's registration, which has nothing
+/// to undo.
 #[pin_data]
 pub(crate) struct RkfMulti {
     #[pin]

@@ -45,7 +45,7 @@ impl Trampoline {
 /// image: tables are dropped only after every site left the trampolines only they hold
 /// and no task can be entering them (a deferred free with `tasks`), or, for a table never
 /// published, before any site called them.  An image that counts calls in flight
-/// (`counted`: trampolines with exits, for fexit or session programs, or with
+/// (`counts_calls`: trampolines with exits, for fexit or session programs, or with
 /// sleepable programs) may still have calls inside their functions, or asleep in a
 /// sleepable program, then: c-shim/rkf_multi_image.c frees it, and `data`, once they
 /// have all come back.
@@ -56,7 +56,7 @@ pub(crate) struct Image {
     funcs: u32,
     /// Whether it has trampolines that count calls in flight: from entry to return
     /// (an exit) or around their programs (sleepable fentry programs, no exit).
-    counted: bool,
+    counts_calls: bool,
 }
 
 /// What an image's code names, in kernel data.
@@ -89,7 +89,7 @@ impl Image {
 impl Drop for Image {
     fn drop(&mut self) {
         let data = self.data.take();
-        if let (true, Some(d)) = (self.counted, data) {
+        if let (true, Some(d)) = (self.counts_calls, data) {
             // SAFETY: this object owns the image and no site calls it (type invariant);
             // `free_data` takes the box back once, in process context, when the image's
             // calls in flight have come back.
@@ -216,10 +216,10 @@ pub(crate) fn generate(
 ) -> Result<(Arc<Image>, KVVec<usize>)> {
     // Per function: its offset in the code, the slots of ctx to fill and its length.
     let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    let (mut size, mut nr_slots, mut counted) = (0usize, 0usize, false);
+    let (mut size, mut nr_slots, mut counts_calls) = (0usize, 0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
-        counted |= f.exit().is_some() || f.counted();
+        counts_calls |= f.exit().is_some() || f.counted();
         size = tramp_core::align(size);
         let len = tramp_core::len(
             f.nr_args,
@@ -240,8 +240,9 @@ pub(crate) fn generate(
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
-    let mut flags = KVVec::with_capacity(if counted { detached.len() } else { 0 }, GFP_KERNEL)?;
-    if counted {
+    let mut flags =
+        KVVec::with_capacity(if counts_calls { detached.len() } else { 0 }, GFP_KERNEL)?;
+    if counts_calls {
         for &d in detached {
             flags.push(d.clone(), GFP_KERNEL)?;
         }
@@ -265,9 +266,9 @@ pub(crate) fn generate(
         ptr: im,
         data: Some(data),
         funcs: funcs.len() as u32,
-        counted,
+        counts_calls,
     };
-    let (inflight, dead) = if counted {
+    let (inflight, dead) = if counts_calls {
         // SAFETY: `im` is a live image.
         unsafe {
             (

@@ -394,6 +394,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         !sleeper.is_finished(),
         "the reader came back before anything was written"
     );
+    let leaked_before = leaked_images()?;
     let rmmod = std::thread::spawn(|| {
         // The links' programs are released after grace periods: rmmod is refused (EAGAIN)
         // until then.
@@ -409,7 +410,11 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             "the reader came back before anything was written"
         );
         check_eq!(module_state(MULTI)?, None, "rkf_multi's state after rmmod");
-        let leaked = leaked_images()?;
+        let leaked: Vec<String> = leaked_images()?
+            .into_iter()
+            .filter(|l| !leaked_before.contains(l))
+            .map(|(n, _)| n)
+            .collect();
         check!(
             !leaked.is_empty(),
             "no image left behind in kallsyms with a call in flight"
@@ -474,19 +479,20 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
     crate::multi::smoke().context("rkf_multi after reload")
 }
 
-/// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
-/// on its kernel stack (/proc/self/task/TID/stat and stack).
 /// The images of generated trampolines rkf_multi left behind when it unloaded with calls
-/// in flight inside them: BPF text that kallsyms names rkf_multi_leaked_<n>.
-pub(crate) fn leaked_images() -> Result<Vec<String>> {
+/// in flight inside them: BPF text that kallsyms names rkf_multi_leaked_<n>, by name and
+/// address (the numbers start again at each load of rkf_multi).
+pub(crate) fn leaked_images() -> Result<Vec<(String, u64)>> {
     Ok(rkf::kallsyms::Kallsyms::load()?
         .symbols()
         .iter()
         .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_leaked_"))
-        .map(|s| s.name.clone())
+        .map(|s| (s.name.clone(), s.addr))
         .collect())
 }
 
+/// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
+/// on its kernel stack (/proc/self/task/TID/stat and stack).
 pub(crate) fn blocked_in(tid: i32, func: &str) -> Result<bool> {
     let task = format!("/proc/self/task/{tid}");
     let stat = std::fs::read_to_string(format!("{task}/stat"))

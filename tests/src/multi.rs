@@ -42,6 +42,9 @@ use rkf_core::{
     multi::Reason,
 };
 
+/// The module under test.
+pub(crate) const MULTI: &str = "rkf_multi";
+
 pub const TESTS: &[Test] = &[
     Test {
         name: "multi_fentry_args_cookies_func_ip",
@@ -1379,7 +1382,6 @@ pub(crate) fn setup(
 pub(crate) fn with_shared_only<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     use crate::kmod::{insmod, insmod_with, moddir, unload};
 
-    const MULTI: &str = "rkf_multi";
     /// Reloads rkf_multi with its default parameters: by `finish()`, or when dropped on
     /// the way out of a failure or a panic.
     struct Restore(Option<std::path::PathBuf>);
@@ -1538,16 +1540,37 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Now, for `modules`.
+    /// Now, for `modules`, once what earlier tests gave back has settled: the programs and
+    /// reference counts the same for 1 s (frees wait for grace periods), for at most 20 s.
     pub(crate) fn now(modules: &[&'static str]) -> Result<Self> {
-        let mut refcnts = Vec::new();
-        for &m in modules {
-            refcnts.push((m, module_refcnt(m)?));
+        let read = || -> Result<Self> {
+            let mut refcnts = Vec::new();
+            for &m in modules {
+                refcnts.push((m, module_refcnt(m)?));
+            }
+            Ok(Self {
+                progs: prog_ids().into_iter().collect(),
+                refcnts,
+            })
+        };
+        let start = std::time::Instant::now();
+        let mut last = read()?;
+        let mut still = 0;
+        while still < 4 {
+            check!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "loaded programs and module reference counts still changing after 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            let now = read()?;
+            still = if now.progs == last.progs && now.refcnts == last.refcnts {
+                still + 1
+            } else {
+                0
+            };
+            last = now;
         }
-        Ok(Self {
-            progs: prog_ids().into_iter().collect(),
-            refcnts,
-        })
+        Ok(last)
     }
 
     /// Waits until every program loaded since is freed and every module's reference
@@ -1608,14 +1631,14 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
 /// and short counts, bad pointers, random ids and addresses, random commands, closes of
 /// files another thread attaches through.  Passes only if the kernel stays quiet (the
 /// run's splat check), no link is left, every program is freed once its fds are closed
-/// and rkf_multi's reference count comes back (no leaked reference), and, later, the module unloads (lifecycle tests) and kmemleak
-/// finds nothing.
+/// and rkf_multi's reference count comes back (no leaked reference), and, later, the
+/// module unloads (lifecycle tests) and kmemleak finds nothing.
 fn ioctl_fuzz() -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::sync::Mutex;
 
     let per_thread: u64 = if kmemleak_kernel() { 15_000 } else { 50_000 };
-    let held = Held::now(&["rkf_multi"])?;
+    let held = Held::now(&[MULTI])?;
     let mut outcomes = std::collections::BTreeMap::<i32, u64>::new();
     {
         let mut obj = MaybeUninit::uninit();

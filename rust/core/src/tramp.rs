@@ -34,7 +34,7 @@
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
 //!         [account]; call run                   run(slot, ctx)
 //! mov <arg i>, [rbp-104+8*i]  (i < nr_args, i < 6)
-//! with an exit (session, fexit or sleepable programs):
+//! with an exit (session or fexit programs):
 //!     push qword [rbp+24+8*(i-6)]  (i = nr_args - 1 down to 6)   the stack arguments
 //!     [account]; call <site + 5>                the rest of the function
 //!     [add rsp, 8*(nr_args-6)]
@@ -277,8 +277,8 @@ pub fn align(off: usize) -> usize {
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
 /// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `exit` (session
 /// programs, fexit programs), calls the function and runs that many session and fexit
-/// programs, or without it, with its programs `counted` ([`Spec::counted`]), on a cpu
-/// that wants `m`.
+/// programs, or without it, with its programs `counted` ([`Spec::counted`]; [`emit()`]
+/// refuses a count with an exit), on a cpu that wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,

@@ -10,9 +10,9 @@
 //! the runs that follow the sleep.  A generated trampoline counts such a call in flight
 //! from entry to return (without the fexit, which it then does not call the function
 //! for, from the first program's run to the last's), and runs every program of the
-//! function only while its link is attached (`rkf_multi_run_sleepable_slot()`); the shared one counts its frame, runs the
-//! programs after the sleep only while their links are attached, and looks the function
-//! up again on the way out.  Every link that shared the function with the sleepable
+//! function only while its link is attached (`rkf_multi_run_sleepable_slot()`); the
+//! shared one counts its frame, runs the programs after the sleep only while their links
+//! are attached, and looks the function up again on the way out.  Every link that shared the function with the sleepable
 //! program is freed after an RCU tasks trace grace period, so that the sleeper can still
 //! read its flag (the test kernel's KASAN would see it otherwise).
 
@@ -167,7 +167,12 @@ fn attach_and_sleep(
         sleeper: attach(&skel.progs.asleep_fentry)?,
         late: attach(&skel.progs.late_fentry)?,
     };
-    check_tramps(funcs, tramp, "fentry.s, fentry and fexit")?;
+    let what = if fexit {
+        "fexit, fentry.s and fentry"
+    } else {
+        "fentry.s and fentry"
+    };
+    check_tramps(funcs, tramp, what)?;
     caller.call_and_wait_asleep(tramp)?;
     Ok(links)
 }
@@ -232,17 +237,21 @@ fn target() -> Result<Vec<Func>> {
 ///
 /// 1. The sleepable link, and a plain fentry attached after it, are detached while the
 ///    program sleeps: the detaches return, the links are gone, the call stays asleep
-///    (without the fexit, no function is hooked any more, and the trampoline's image is
-///    retired); once woken, the program ends its run, the fentry after it does not run,
-///    the call returns what getpgid(2) returns, and the fexit program, still attached,
-///    runs once and sees that value.
+///    (without the fexit, no function is hooked any more; the tables that held the
+///    trampoline's image are freed only after an RCU tasks trace grace period, which the
+///    sleeping program holds off, so the image is retired once the program's run ends,
+///    and its count keeps it for the rest of the way out, which no test can catch);
+///    once woken, the program ends its run, the fentry after it does not run, the call
+///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
+///    and sees that value.
 /// 2. Again asleep, every link and every fd of the programs closed: rmmod of rkf_multi
 ///    is refused (EAGAIN) for as long as the program sleeps, which stays loaded (it pins
 ///    the module until its run ends and its link is freed, after an RCU tasks trace
-///    grace period); once woken, the call returns the right value, rkf_multi unloads,
-///    the program is freed, the programs of the links detached during the call never
-///    ran, and no image was left behind (every call counted in flight came back through
-///    its image).  rkf_multi loads again.
+///    grace period); once woken, rkf_multi unloads, the program is freed, the call
+///    returns the right value, the programs of the links detached during the call never
+///    ran, and no image was left behind: every call counted in flight counted its way
+///    out, and one still on its way out when rkf_multi unloaded is waited for
+///    (rkf_multi_image_drain_exit()).  rkf_multi loads again.
 pub(super) fn sleepable_program_asleep() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     Tramp::run_both(|tramp| asleep_through(tramp, true))?;
@@ -347,17 +356,16 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     );
     release(true)?;
     drop(wake);
-    // The call returns first: an image it is still on its way out of would be left behind.
-    let b = caller.returned(pgid, &map)?;
     rmmod_wait(MULTI, Duration::from_secs(120))?;
     check!(!prog_loaded(prog)?, "the program outlived rkf_multi");
-    let leaked: Vec<String> = leaked_images()?
+    let b = caller.returned(pgid, &map)?;
+    let leaked: Vec<(String, u64)> = leaked_images()?
         .into_iter()
         .filter(|l| !leaked_before.contains(l))
         .collect();
     check_eq!(
         leaked,
-        Vec::<String>::new(),
+        Vec::new(),
         "images left behind by rkf_multi's unload (a call counted in flight never counted \
          its way out)"
     );

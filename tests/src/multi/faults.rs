@@ -32,41 +32,56 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{check_tramps, Held, Tramp};
+use super::{check_tramps, Held, Tramp, MULTI};
 use crate::{check, check_eq, diag};
 use rkf::multi::{self, attach_request, Func, Link};
 use rkf_core::abi::AttachRequest;
 
-/// The modules whose references a sweep must give back.
-const MULTI: &str = "rkf_multi";
+/// The module whose functions the session's link holds, beside rkf_multi.
 const TESTMOD: &str = "rkf_testmod";
 
 /// More allocations than an attach of a few functions makes: past it the test fails
 /// instead of looping on.
 const MAX_NTH: u32 = 5_000;
 
+/// The functions of a sweep, in the order a run calls them: link A holds `..a_end`,
+/// link B `b_start..`, and they share those between.
+struct Layout {
+    funcs: Vec<Func>,
+    a_end: usize,
+    b_start: usize,
+}
+
+impl Layout {
+    /// Link A's functions.
+    fn a(&self) -> &[Func] {
+        &self.funcs[..self.a_end]
+    }
+
+    /// Link B's functions.
+    fn b(&self) -> &[Func] {
+        &self.funcs[self.b_start..]
+    }
+
+    /// The functions' names, for messages.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.funcs.iter().map(|f| f.name.as_str()).collect();
+        names.join(", ")
+    }
+}
+
 /// One kind of link B, beside link A: their programs, their functions and a run of them.
 trait Case {
     /// The kind of link B, for messages.
     fn name(&self) -> &'static str;
-    /// The functions, in the order a run calls them: link A holds `..a_end()`, link B
-    /// `b_start()..`, and they share those between.
-    fn funcs(&self) -> &[Func];
-    /// See [`Case::funcs`].
-    fn a_end(&self) -> usize;
-    /// See [`Case::funcs`].
-    fn b_start(&self) -> usize;
+    /// The functions, and which of them each link holds.
+    fn layout(&self) -> &Layout;
     /// Attaches link A, which the sweep keeps.
     fn attach_a(&self) -> Result<Link>;
     /// Link B's request; the case owns the arrays it points into.
     fn request_b(&self) -> AttachRequest;
     /// Calls each function once: the runs of link A's program and of link B's on each.
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)>;
-    /// The functions' names, for messages.
-    fn names(&self) -> String {
-        let names: Vec<&str> = self.funcs().iter().map(|f| f.name.as_str()).collect();
-        names.join(", ")
-    }
 }
 
 /// failslab's debugfs knobs, set for the test and put back when dropped: count sleeping
@@ -174,14 +189,14 @@ fn callers(funcs: &[Func]) -> Result<Vec<Option<String>>> {
 fn only_a(case: &mut dyn Case, a: u64, tramp: Tramp, what: &str) -> Result<()> {
     let ids: Vec<u64> = multi::links()?.iter().map(|l| l.id).collect();
     check_eq!(ids, vec![a], "{what}: rkf_multi's links");
-    let (n, a_end) = (case.funcs().len(), case.a_end());
+    let (n, a_end) = (case.layout().funcs.len(), case.layout().a_end);
     check_eq!(
         case.run()?,
         (ones(n, 0, a_end), vec![0; n]),
         "{what}: runs of link A's and link B's programs on {}",
-        case.names()
+        case.layout().names()
     );
-    check_hooks(case.funcs(), a_end, tramp, what)
+    check_hooks(&case.layout().funcs, a_end, tramp, what)
 }
 
 /// A run's count on each of `n` functions: 1 on `lo..hi`, 0 elsewhere.
@@ -227,7 +242,8 @@ fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Resul
 /// off the trampolines they had with A alone (`alone`, of `funcs[..a_end]`), so that a
 /// detach moves them back; through the shared one they stay on it.
 fn check_moved(case: &dyn Case, alone: &[Option<String>], tramp: Tramp, what: &str) -> Result<()> {
-    let (funcs, shared) = (case.funcs(), case.b_start()..case.a_end());
+    let l = case.layout();
+    let (funcs, shared) = (&l.funcs, l.b_start..l.a_end);
     let now = callers(&funcs[shared.clone()])?;
     for ((f, was), is) in funcs[shared.clone()].iter().zip(&alone[shared]).zip(&now) {
         let moved = was != is;
@@ -252,6 +268,7 @@ pub(super) fn allocation_failures() -> Result<()> {
         }
         held.released()
     })?;
+    rkf::modules::require(TESTMOD)?;
     let held = Held::now(&[MULTI, TESTMOD])?;
     {
         let (mut obj, mut tobj) = (MaybeUninit::uninit(), MaybeUninit::uninit());
@@ -274,11 +291,12 @@ pub(super) fn allocation_failures() -> Result<()> {
 fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
     let _knobs = Failslab::set()?;
     let nth = FailNth::open()?;
-    let (n_funcs, a_end, b_start) = (case.funcs().len(), case.a_end(), case.b_start());
+    let l = case.layout();
+    let (n_funcs, b_start) = (l.funcs.len(), l.b_start);
     let label = format!("{} ({tramp:?})", case.name());
     let a = case.attach_a()?;
     // A's trampolines, which a failed attach must leave exactly as they are.
-    let mut a_callers = callers(&case.funcs()[..a_end])?;
+    let mut a_callers = callers(case.layout().a())?;
 
     // Attach.
     let (mut failed, mut absorbed, mut n) = (0u32, 0u32, 1u32);
@@ -303,7 +321,7 @@ fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
                 // Checked with the file still open: a link it held would still be there.
                 only_a(case, a.id, tramp, &what)?;
                 check_eq!(
-                    callers(&case.funcs()[..a_end])?,
+                    callers(case.layout().a())?,
                     a_callers,
                     "{what}: the trampolines of link A's functions"
                 );
@@ -313,17 +331,18 @@ fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
             Ok(()) => {
                 // A failure the attach got over (a trampoline not generated, a free
                 // waited for instead of deferred) or none: the link is whole.
+                let a_end = case.layout().a_end;
                 check_eq!(
                     case.run()?,
                     (ones(n_funcs, 0, a_end), ones(n_funcs, b_start, n_funcs)),
                     "{what}: attached; runs of link A's and link B's programs on {}",
-                    case.names()
+                    case.layout().names()
                 );
-                check_hooks(case.funcs(), n_funcs, tramp, &what)?;
+                check_hooks(&case.layout().funcs, n_funcs, tramp, &what)?;
                 if !fired {
                     // Fewer than n allocations: nothing was failed, and every trampoline is
                     // of its kind.
-                    check_tramps(case.funcs(), tramp, &what)?;
+                    check_tramps(&case.layout().funcs, tramp, &what)?;
                     check_moved(case, &a_callers, tramp, &what)?;
                     drop(file);
                     break;
@@ -332,7 +351,7 @@ fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
                 drop(file);
                 only_a(case, a.id, tramp, &format!("{what}, then detached"))?;
                 // The detach gave A's functions new trampolines.
-                a_callers = callers(&case.funcs()[..a_end])?;
+                a_callers = callers(case.layout().a())?;
             }
         }
         n += 1;
@@ -349,9 +368,9 @@ fn sweep(case: &mut dyn Case, tramp: Tramp) -> Result<()> {
         );
         let file = device()?;
         let mut req = case.request_b();
-        let alone = callers(&case.funcs()[..a_end])?;
+        let alone = callers(case.layout().a())?;
         attach_request(&file, &mut req).with_context(|| format!("{label}: attach of link B"))?;
-        check_tramps(case.funcs(), tramp, "link B attached")?;
+        check_tramps(&case.layout().funcs, tramp, "link B attached")?;
         check_moved(case, &alone, tramp, "link B attached")?;
         nth.arm(n)?;
         // The last reference: rkf_multi's release runs (from task work) before close()

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::Case;
+use super::{Case, Layout};
 use crate::{
     check_eq,
     skel::{
@@ -76,15 +76,20 @@ impl Request {
 /// trampolines change, four hooked anew.
 pub(super) struct Fentry<'o> {
     skel: MultiSkel<'o>,
-    funcs: Vec<Func>,
+    layout: Layout,
     b: Request,
 }
 
 impl<'o> Fentry<'o> {
     pub(super) fn load(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<Self> {
         let (skel, funcs) = crate::multi::setup(obj)?;
-        let b = Request::new(&funcs[2..], None);
-        Ok(Self { skel, funcs, b })
+        let layout = Layout {
+            funcs,
+            a_end: 5,
+            b_start: 2,
+        };
+        let b = Request::new(layout.b(), None);
+        Ok(Self { skel, layout, b })
     }
 }
 
@@ -93,20 +98,12 @@ impl Case for Fentry<'_> {
         "fentry"
     }
 
-    fn funcs(&self) -> &[Func] {
-        &self.funcs
-    }
-
-    fn a_end(&self) -> usize {
-        5
-    }
-
-    fn b_start(&self) -> usize {
-        2
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     fn attach_a(&self) -> Result<Link> {
-        crate::multi::attach(&self.skel.progs.count_fexit0, &self.funcs[..5], None)
+        crate::multi::attach(&self.skel.progs.count_fexit0, self.layout.a(), None)
     }
 
     fn request_b(&self) -> AttachRequest {
@@ -114,7 +111,7 @@ impl Case for Fentry<'_> {
     }
 
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)> {
-        let n = self.funcs.len();
+        let n = self.layout.funcs.len();
         let bss = crate::multi::run_once(&mut self.skel)?;
         Ok((
             bss.counts[FEXIT0][..n].to_vec(),
@@ -130,7 +127,7 @@ impl Case for Fentry<'_> {
 pub(super) struct ModuleSession<'o> {
     skel: MultiSkel<'o>,
     testmod: MultiTestmodSkel<'o>,
-    funcs: Vec<Func>,
+    layout: Layout,
     b: Request,
     _btf: OwnedFd,
 }
@@ -159,11 +156,16 @@ impl<'o> ModuleSession<'o> {
         let skel = crate::multi::load(obj, &funcs)?;
         let testmod = crate::multi::load_testmod(tobj)?;
         let btf = rkf::btf::object_fd("rkf_testmod")?;
-        let b = Request::new(&funcs[2..], Some(&btf));
+        let layout = Layout {
+            funcs,
+            a_end: 5,
+            b_start: 2,
+        };
+        let b = Request::new(layout.b(), Some(&btf));
         Ok(Self {
             skel,
             testmod,
-            funcs,
+            layout,
             b,
             _btf: btf,
         })
@@ -175,20 +177,12 @@ impl Case for ModuleSession<'_> {
         "session on module functions"
     }
 
-    fn funcs(&self) -> &[Func] {
-        &self.funcs
-    }
-
-    fn a_end(&self) -> usize {
-        5
-    }
-
-    fn b_start(&self) -> usize {
-        2
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     fn attach_a(&self) -> Result<Link> {
-        crate::multi::attach(&self.skel.progs.count_fexit0, &self.funcs[..5], None)
+        crate::multi::attach(&self.skel.progs.count_fexit0, self.layout.a(), None)
     }
 
     fn request_b(&self) -> AttachRequest {
@@ -198,14 +192,14 @@ impl Case for ModuleSession<'_> {
     /// B's runs are the session's entries; each must have had its exit, which found the
     /// cookie its entry wrote into a zeroed one.
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)> {
-        let n = self.funcs.len();
+        let n = self.layout.funcs.len();
         crate::multi::reset(&mut self.skel)?;
         crate::multi::trigger(&self.skel)?;
         crate::multi::run_testmod_targets(&self.testmod)?;
         let bss = self.skel.maps.bss_data.as_deref().context("no .bss")?;
         check_eq!(bss.unknown_ip, 0, "session runs on an unexpected function");
         let recs = &bss.session_recs[..n];
-        for (f, r) in self.funcs.iter().zip(recs) {
+        for (f, r) in self.layout.funcs.iter().zip(recs) {
             check_eq!(
                 (r.exits, r.cookie_ok, r.nonzero_cookie, r.err),
                 (r.entries, r.entries, 0, 0),
@@ -229,7 +223,7 @@ impl Case for ModuleSession<'_> {
 /// program.
 pub(super) struct Sleepable<'o> {
     skel: MultiSleepableSkel<'o>,
-    funcs: Vec<Func>,
+    layout: Layout,
     b: Request,
 }
 
@@ -237,8 +231,13 @@ impl<'o> Sleepable<'o> {
     pub(super) fn load(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<Self> {
         let funcs = crate::multi::sleepable::storm_targets()?;
         let skel = crate::multi::sleepable::load(obj, &funcs)?;
-        let b = Request::new(&funcs[1..], None);
-        Ok(Self { skel, funcs, b })
+        let layout = Layout {
+            funcs,
+            a_end: 2,
+            b_start: 1,
+        };
+        let b = Request::new(layout.b(), None);
+        Ok(Self { skel, layout, b })
     }
 }
 
@@ -247,20 +246,12 @@ impl Case for Sleepable<'_> {
         "sleepable fentry"
     }
 
-    fn funcs(&self) -> &[Func] {
-        &self.funcs
-    }
-
-    fn a_end(&self) -> usize {
-        2
-    }
-
-    fn b_start(&self) -> usize {
-        1
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     fn attach_a(&self) -> Result<Link> {
-        crate::multi::attach(&self.skel.progs.storm_plain, &self.funcs[..2], None)
+        crate::multi::attach(&self.skel.progs.storm_plain, self.layout.a(), None)
     }
 
     fn request_b(&self) -> AttachRequest {
@@ -269,7 +260,7 @@ impl Case for Sleepable<'_> {
 
     /// The programs count this process's calls only.
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)> {
-        let n = self.funcs.len();
+        let n = self.layout.funcs.len();
         let bss = self.skel.maps.bss_data.as_deref_mut().context("no .bss")?;
         for c in bss.storm_counts.iter_mut() {
             c.fill(0);
