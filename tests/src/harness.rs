@@ -53,6 +53,15 @@ macro_rules! check {
 
 static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
 
+/// The ids of the BPF programs loaded before the first test ran: none of them a test's.
+static PROGS_BEFORE: std::sync::OnceLock<std::collections::HashSet<u32>> =
+    std::sync::OnceLock::new();
+
+/// The ids of the BPF programs loaded before the first test ran.
+pub fn progs_before_tests() -> &'static std::collections::HashSet<u32> {
+    PROGS_BEFORE.get_or_init(|| crate::multi::prog_ids().into_iter().collect())
+}
+
 fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
     LIBBPF_LOG.lock().unwrap().push_str(&msg);
 }
@@ -157,6 +166,7 @@ pub fn run(tests: &[Test], only: Option<&str>, except: Option<&str>) -> i32 {
     };
     println!("KTAP version 1");
     println!("1..{}", selected.len());
+    progs_before_tests();
     let mut failed = 0;
     for (i, t) in selected.iter().enumerate() {
         take_libbpf_log();

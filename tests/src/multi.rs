@@ -1540,9 +1540,27 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Now, for `modules`, once what earlier tests gave back has settled: the programs and
-    /// reference counts the same for 1 s (frees wait for grace periods), for at most 20 s.
+    /// Now, for `modules`, once what earlier tests gave back has settled: every program
+    /// they loaded freed (frees wait for grace periods, and so do the module references
+    /// their links drop with them), then the programs and reference counts the same for
+    /// 1 s; for at most 20 s.
     pub(crate) fn now(modules: &[&'static str]) -> Result<Self> {
+        let before = crate::harness::progs_before_tests();
+        let start = std::time::Instant::now();
+        loop {
+            let left: Vec<u32> = prog_ids()
+                .into_iter()
+                .filter(|i| !before.contains(i))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            check!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "programs of earlier tests still loaded after 20 s: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let read = || -> Result<Self> {
             let mut refcnts = Vec::new();
             for &m in modules {
@@ -1553,7 +1571,6 @@ impl Held {
                 refcnts,
             })
         };
-        let start = std::time::Instant::now();
         let mut last = read()?;
         let mut still = 0;
         while still < 4 {

@@ -12,9 +12,10 @@
 //! for, from the first program's run to the last's), and runs every program of the
 //! function only while its link is attached (`rkf_multi_run_sleepable_slot()`); the
 //! shared one counts its frame, runs the programs after the sleep only while their links
-//! are attached, and looks the function up again on the way out.  Every link that shared the function with the sleepable
-//! program is freed after an RCU tasks trace grace period, so that the sleeper can still
-//! read its flag (the test kernel's KASAN would see it otherwise).
+//! are attached, and looks the function up again on the way out.  Every link that shared
+//! the function with the sleepable program is freed after an RCU tasks trace grace
+//! period, so that the sleeper can still read its flag (the test kernel's KASAN would see
+//! it otherwise).
 
 use std::{
     mem::MaybeUninit,
@@ -240,7 +241,8 @@ fn target() -> Result<Vec<Func>> {
 ///    (without the fexit, no function is hooked any more; the tables that held the
 ///    trampoline's image are freed only after an RCU tasks trace grace period, which the
 ///    sleeping program holds off, so the image is retired once the program's run ends,
-///    and its count keeps it for the rest of the way out, which no test can catch);
+///    and with this one sleepable program its count keeps it only for the rest of the way
+///    out, which this test cannot catch);
 ///    once woken, the program ends its run, the fentry after it does not run, the call
 ///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
 ///    and sees that value.
@@ -250,8 +252,10 @@ fn target() -> Result<Vec<Func>> {
 ///    grace period); once woken, rkf_multi unloads, the program is freed, the call
 ///    returns the right value, the programs of the links detached during the call never
 ///    ran, and no image was left behind: every call counted in flight counted its way
-///    out, and one still on its way out when rkf_multi unloaded is waited for
-///    (rkf_multi_image_drain_exit()).  rkf_multi loads again.
+///    out.  (The woken call is past its program before rmmod can succeed, and the
+///    module's exit waits for two RCU tasks grace periods before it looks at images, so
+///    the unload's second look at an image, for a call still on its way out, is not
+///    reached here.)  rkf_multi loads again.
 pub(super) fn sleepable_program_asleep() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     Tramp::run_both(|tramp| asleep_through(tramp, true))?;
