@@ -162,6 +162,12 @@ impl FuncCode<'_> {
         self.sleepable && self.exit().is_none()
     }
 
+    /// Whether its trampoline counts its calls in flight at all: with an exit, or
+    /// [`FuncCode::counted()`].
+    fn counts_calls(&self) -> bool {
+        self.exit().is_some() || self.sleepable
+    }
+
     /// What it runs its entry and exit runs through (c-shim/rkf_multi_run.c).
     fn runners(&self) -> (u64, u64) {
         let addr = |f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64)| {
@@ -219,7 +225,7 @@ pub(crate) fn generate(
     let (mut size, mut nr_slots, mut counts_calls) = (0usize, 0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
-        counts_calls |= f.exit().is_some() || f.counted();
+        counts_calls |= f.counts_calls();
         size = tramp_core::align(size);
         let len = tramp_core::len(
             f.nr_args,

@@ -27,6 +27,7 @@ use libbpf_rs::ProgramInput;
 use crate::{
     check, check_eq, diag,
     harness::Test,
+    lifecycle::MULTI,
     privilege::CAP_CASES,
     skel::multi::{MultiSkel, MultiSkelBuilder},
 };
@@ -41,9 +42,6 @@ use rkf_core::{
     abi::{self, AttachRequest},
     multi::Reason,
 };
-
-/// The module under test.
-pub(crate) const MULTI: &str = "rkf_multi";
 
 pub const TESTS: &[Test] = &[
     Test {
@@ -1545,13 +1543,9 @@ impl Held {
     /// their links drop with them), then the programs and reference counts the same for
     /// 1 s; for at most 20 s.
     pub(crate) fn now(modules: &[&'static str]) -> Result<Self> {
-        let before = crate::harness::progs_before_tests();
         let start = std::time::Instant::now();
         loop {
-            let left: Vec<u32> = prog_ids()
-                .into_iter()
-                .filter(|i| !before.contains(i))
-                .collect();
+            let left = progs_loaded_since(crate::harness::progs_before_tests());
             if left.is_empty() {
                 break;
             }
@@ -1590,16 +1584,23 @@ impl Held {
         Ok(last)
     }
 
+    /// Runs `f`, then [`Held::released()`] against what was held before it.
+    pub(crate) fn given_back(
+        modules: &[&'static str],
+        f: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let held = Self::now(modules)?;
+        f()?;
+        held.released()
+    }
+
     /// Waits until every program loaded since is freed and every module's reference
     /// count is back, for at most 20 s (links free their programs and drop their module
     /// references after grace periods); fails naming what is left: a leaked reference.
     pub(crate) fn released(&self) -> Result<()> {
         let start = std::time::Instant::now();
         loop {
-            let progs: Vec<u32> = prog_ids()
-                .into_iter()
-                .filter(|i| !self.progs.contains(i))
-                .collect();
+            let progs = progs_loaded_since(&self.progs);
             let mut refcnts = Vec::new();
             for &(m, was) in &self.refcnts {
                 let now = module_refcnt(m)?;
@@ -1621,8 +1622,16 @@ impl Held {
     }
 }
 
+/// The ids of the programs loaded now that are not in `known`.
+fn progs_loaded_since(known: &HashSet<u32>) -> Vec<u32> {
+    prog_ids()
+        .into_iter()
+        .filter(|i| !known.contains(i))
+        .collect()
+}
+
 /// `/sys/module/<name>/refcnt`.
-fn module_refcnt(name: &str) -> Result<u64> {
+pub(crate) fn module_refcnt(name: &str) -> Result<u64> {
     let path = format!("/sys/module/{name}/refcnt");
     let s = std::fs::read_to_string(&path).with_context(|| path.clone())?;
     s.trim().parse().with_context(|| path)

@@ -337,11 +337,10 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     // 0, rmmod would go into the module's exit, which waits for the sleeper, so that the
     // test would hang instead of failing.
     for _ in 0..30 {
-        let refcnt = std::fs::read_to_string(format!("/sys/module/{MULTI}/refcnt"))?;
+        let refcnt = crate::multi::module_refcnt(MULTI)?;
         check!(
-            refcnt.trim().parse::<u64>().is_ok_and(|n| n > 0),
-            "rkf_multi's reference count with a program asleep: {}",
-            refcnt.trim()
+            refcnt > 0,
+            "rkf_multi's reference count with a program asleep: {refcnt}"
         );
         let e = rmmod(MULTI).err();
         check_eq!(

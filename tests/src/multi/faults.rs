@@ -261,29 +261,23 @@ fn check_moved(case: &dyn Case, alone: &[Option<String>], tramp: Tramp, what: &s
 /// one.  Each sweep must give back every program and module reference it took.
 pub(super) fn allocation_failures() -> Result<()> {
     Tramp::run_both(|tramp| {
-        let held = Held::now(&[MULTI])?;
-        {
+        Held::given_back(&[MULTI], || {
             let mut obj = MaybeUninit::uninit();
-            sweep(&mut cases::Fentry::load(&mut obj)?, tramp)?;
-        }
-        held.released()
+            let mut case = cases::Fentry::load(&mut obj)?;
+            sweep(&mut case, tramp)
+        })
     })?;
     rkf::modules::require(TESTMOD)?;
-    let held = Held::now(&[MULTI, TESTMOD])?;
-    {
+    Held::given_back(&[MULTI, TESTMOD], || {
         let (mut obj, mut tobj) = (MaybeUninit::uninit(), MaybeUninit::uninit());
-        sweep(
-            &mut cases::ModuleSession::load(&mut obj, &mut tobj)?,
-            Tramp::Generated,
-        )?;
-    }
-    held.released()?;
-    let held = Held::now(&[MULTI])?;
-    {
+        let mut case = cases::ModuleSession::load(&mut obj, &mut tobj)?;
+        sweep(&mut case, Tramp::Generated)
+    })?;
+    Held::given_back(&[MULTI], || {
         let mut obj = MaybeUninit::uninit();
-        sweep(&mut cases::Sleepable::load(&mut obj)?, Tramp::Generated)?;
-    }
-    held.released()
+        let mut case = cases::Sleepable::load(&mut obj)?;
+        sweep(&mut case, Tramp::Generated)
+    })
 }
 
 /// Link A stays; link B is attached with each of its allocations failing in turn, then
