@@ -10,8 +10,10 @@
  * and checks what they return, as net/bpf/test_run.c does with bpf_fentry_test*() for
  * vmlinux.  bpf_rkf_testmod_wait_release(), a sleepable kfunc for tracing programs, sleeps
  * until the module parameter "release" is set: a sleepable program asleep for as long
- * as a test wants.  These must be C: fentry and rkf_multi attach through the function's
- * BTF, and Rust code has none; kfuncs are C entry points.
+ * as a test wants; bpf_rkf_testmod_wait_step(n) until the parameter "step" reaches @n,
+ * so that two programs of one call sleep one after the other.  These must be C: fentry
+ * and rkf_multi attach through the function's BTF, and Rust code has none; kfuncs are
+ * C entry points.
  */
 
 #include <linux/bits.h>
@@ -111,6 +113,7 @@ noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 }
 
 static bool rkf_testmod_release;
+static unsigned int rkf_testmod_step;
 static DECLARE_WAIT_QUEUE_HEAD(rkf_testmod_release_wq);
 
 /* Sets the parameter, and wakes the programs asleep in bpf_rkf_testmod_wait_release(). */
@@ -129,6 +132,31 @@ static const struct kernel_param_ops rkf_testmod_release_ops = {
 };
 module_param_cb(release, &rkf_testmod_release_ops, &rkf_testmod_release, 0600);
 MODULE_PARM_DESC(release, "Wakes the programs asleep in bpf_rkf_testmod_wait_release()");
+
+/* Sets the parameter, and wakes the programs asleep in bpf_rkf_testmod_wait_step(). */
+static int rkf_testmod_step_set(const char *val, const struct kernel_param *kp)
+{
+	int err = param_set_uint(val, kp);
+
+	if (!err)
+		wake_up_all(&rkf_testmod_release_wq);
+	return err;
+}
+
+static const struct kernel_param_ops rkf_testmod_step_ops = {
+	.set = rkf_testmod_step_set,
+	.get = param_get_uint,
+};
+module_param_cb(step, &rkf_testmod_step_ops, &rkf_testmod_step, 0600);
+MODULE_PARM_DESC(step, "Wakes the programs asleep in bpf_rkf_testmod_wait_step() for it or less");
+
+/* What a wait of RKF_TESTMOD_WAIT_MAX seconds that had @left jiffies left returns. */
+static int rkf_testmod_wait_err(long left)
+{
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
+}
 
 __bpf_kfunc_start_defs();
 
@@ -218,9 +246,27 @@ __bpf_kfunc int bpf_rkf_testmod_wait_release(void)
 						     READ_ONCE(rkf_testmod_release),
 						     RKF_TESTMOD_WAIT_MAX * HZ);
 
-	if (left < 0)
-		return -EINTR;
-	return left ? 0 : -ETIMEDOUT;
+	return rkf_testmod_wait_err(left);
+}
+
+/**
+ * bpf_rkf_testmod_wait_step() - sleep until the module parameter "step" is at least @step
+ * @step: the value to wait for
+ *
+ * For sleepable tracing programs, as bpf_rkf_testmod_wait_release(): two programs of one
+ * call that wait for steps 1 and 2 sleep one after the other, as the test moves the
+ * parameter on.
+ *
+ * Return: 0 once the parameter reached @step, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX
+ * seconds, or -EINTR if the task has a signal pending.
+ */
+__bpf_kfunc int bpf_rkf_testmod_wait_step(u32 step)
+{
+	long left = wait_event_interruptible_timeout(rkf_testmod_release_wq,
+						     READ_ONCE(rkf_testmod_step) >= step,
+						     RKF_TESTMOD_WAIT_MAX * HZ);
+
+	return rkf_testmod_wait_err(left);
 }
 
 __bpf_kfunc_end_defs();
@@ -238,6 +284,7 @@ const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {
 
 BTF_KFUNCS_START(rkf_testmod_sleep_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_release, KF_SLEEPABLE)
+BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_step, KF_SLEEPABLE)
 BTF_KFUNCS_END(rkf_testmod_sleep_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_testmod_sleep_kfunc_set = {

@@ -66,6 +66,10 @@ pub const TESTS: &[Test] = &[
         name: "multi_sleepable_program_asleep_detach_and_rmmod",
         run: asleep::sleepable_program_asleep,
     },
+    Test {
+        name: "multi_sleepable_image_kept_by_its_count",
+        run: asleep::image_kept_by_its_count,
+    },
 ];
 
 /// Which trampoline the call in flight went through.

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A sleepable program asleep inside a traced call: its link detached meanwhile, and
-//! rkf_multi unloaded meanwhile.
+//! rkf_multi unloaded meanwhile; and a generated trampoline's image retired while a call
+//! sleeps in it ([`image_kept_by_its_count()`]).
 //!
 //! The program (tests/progs/multi_asleep.bpf.c) sleeps in rkf_testmod's
 //! `bpf_rkf_testmod_wait_release()` on one task's `getpgid(2)` until the test sets
@@ -97,13 +98,19 @@ impl Caller {
     /// trampoline `tramp`).
     fn call_and_wait_asleep(&self, tramp: Tramp) -> Result<()> {
         self.go.send(()).context("starting the caller")?;
+        self.wait_asleep(WAIT, tramp).map(drop)
+    }
+
+    /// Waits until the call sleeps in the kernel function `wait` (through the trampoline
+    /// `tramp`), and returns its kernel stack then.
+    fn wait_asleep(&self, wait: &str, tramp: Tramp) -> Result<Vec<String>> {
         let deadline = Instant::now() + Duration::from_secs(120);
         // The stack of a task asleep in the program, read once: a task that is running
         // shows none.
         let stack = loop {
-            if blocked_in(self.tid, WAIT)? {
+            if blocked_in(self.tid, wait)? {
                 let stack = kernel_stack(self.tid)?;
-                if stack.iter().any(|f| f.starts_with(WAIT)) {
+                if stack.iter().any(|f| f.starts_with(wait)) {
                     break stack;
                 }
             }
@@ -113,7 +120,7 @@ impl Caller {
             );
             check!(
                 Instant::now() < deadline,
-                "the program never slept in {WAIT}()"
+                "the program never slept in {wait}()"
             );
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -125,7 +132,7 @@ impl Caller {
             stack.iter().any(via),
             "the asleep task's stack shows no {tramp:?} trampoline: {stack:?}"
         );
-        Ok(())
+        Ok(stack)
     }
 
     /// Joins the caller, checks that its call returned `pgid`, and reads what the
@@ -242,7 +249,7 @@ fn target() -> Result<Vec<Func>> {
 ///    trampoline's image are freed only after an RCU tasks trace grace period, which the
 ///    sleeping program holds off, so the image is retired once the program's run ends,
 ///    and with this one sleepable program its count keeps it only for the rest of the way
-///    out, which this test cannot catch);
+///    out, which this test cannot catch: [`image_kept_by_its_count()`] does);
 ///    once woken, the program ends its run, the fentry after it does not run, the call
 ///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
 ///    and sees that value.
@@ -385,4 +392,189 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
          held rkf_multi until it woke"
     );
     crate::multi::smoke().context("rkf_multi after reload")
+}
+
+/// rkf_testmod's parameter that wakes the programs waiting for a step.
+const STEP: &str = "/sys/module/rkf_testmod/parameters/step";
+/// Where those programs sleep.
+const WAIT_STEP: &str = "bpf_rkf_testmod_wait_step";
+
+/// Sets `step` to `n`.
+fn step(n: u32) -> Result<()> {
+    std::fs::write(STEP, n.to_string()).with_context(|| format!("write {n} to {STEP}"))
+}
+
+/// Wakes both stepped programs when the test ends, also on failure.
+struct WakeSteps;
+
+impl Drop for WakeSteps {
+    fn drop(&mut self) {
+        let _ = step(u32::MAX);
+    }
+}
+
+/// Whether the BPF text symbol `name` (a generated trampoline's image) is in kallsyms:
+/// an image's symbol goes when it is freed.
+fn image_present(name: &str) -> Result<bool> {
+    Ok(rkf::kallsyms::Kallsyms::load()?
+        .symbols()
+        .iter()
+        .any(|s| s.module.as_deref() == Some("bpf") && s.name == name))
+}
+
+/// Polls `cond` every 50 ms for up to `secs` seconds; fails with `what` if it never held.
+fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond()? {
+        check!(Instant::now() < deadline, "{what}, after {secs} s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// A generated trampoline's image kept by its count of calls in flight alone.
+///
+/// Two fentry.s programs and a plain fentry after them, on one task's `getpgid(2)`, in
+/// one generated trampoline without an exit (the counted shape: the count is raised
+/// before the first program and lowered after the last). The first program sleeps in
+/// `bpf_rkf_testmod_wait_step(1)`; the plain fentry's link, which alone holds its
+/// program, is detached: the function gets new code in a new image, and the old table, which alone
+/// holds the old image, goes with that link after an RCU tasks trace grace period, which
+/// the first program's run holds off (checked: the detached program is still loaded 5 s
+/// later). Woken, the first program's run ends and the second program's begins and
+/// sleeps in `bpf_rkf_testmod_wait_step(2)`, in the old image still; its run is a read
+/// section of its own, so the grace period ends now, the old table is freed (checked:
+/// the detached program is freed with its link) and the old image retired with the call
+/// in flight in it. Only the count keeps it then: it must still be there (its symbol in
+/// kallsyms, the sleeping task's stack in it) 1 s after it was retired, when
+/// rkf_multi's drain has looked at it several times. Woken, the second program ends,
+/// the detached fentry does not run (its slot in the old image says its link is
+/// detached; the link itself is freed by then, which the test kernel's KASAN would see
+/// read), the call returns what `getpgid(2)` returns, and the old image is freed once
+/// the call has left it.
+pub(super) fn image_kept_by_its_count() -> Result<()> {
+    rkf::modules::require("rkf_testmod")?;
+    let funcs = target()?;
+    let func = funcs[0].qualified_name();
+    // SAFETY: getpgid(2) has no memory arguments.
+    let pgid = unsafe { libc::getpgid(0) };
+    check!(pgid > 0, "getpgid(0): {pgid}");
+    step(0)?;
+    let wake = WakeSteps;
+
+    let caller = Caller::spawn()?;
+    let pid = caller.tid as u32;
+    let set_pid = |o: &mut crate::skel::multi_asleep::OpenMultiAsleepSkel<'_>| {
+        o.maps
+            .bss_data
+            .as_deref_mut()
+            .context("no .bss")?
+            .target_pid = pid;
+        Ok(())
+    };
+    let mut obj = MaybeUninit::uninit();
+    let skel = skeleton::load::<MultiAsleepSkelBuilder>(&mut obj, "multi_asleep.bpf.c", set_pid)?;
+    let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
+    // The plain fentry from an object of its own, so that its program is freed with its
+    // link.
+    let mut late_obj = MaybeUninit::uninit();
+    let late_skel =
+        skeleton::load::<MultiAsleepSkelBuilder>(&mut late_obj, "multi_asleep.bpf.c", set_pid)?;
+    let late_map = MapHandle::try_from(&late_skel.maps.bss).context("the other .bss map")?;
+    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let first = attach(&skel.progs.step1_fentry)?;
+    let second = attach(&skel.progs.step2_fentry)?;
+    let late = attach(&late_skel.progs.late_fentry)?;
+    let late_prog = multi::links()?
+        .iter()
+        .find(|l| l.id == late.id)
+        .map(|l| l.prog_id)
+        .context("the plain fentry's link is not listed")?;
+    // Its link holds the program; the object's other programs, sleepable ones, go now,
+    // with an RCU tasks trace grace period of their own.
+    drop(late_skel);
+    check_tramps(&funcs, Tramp::Generated, "two fentry.s and an fentry")?;
+    let caller_of = || -> Result<String> {
+        multi::direct_callers()?
+            .remove(&func)
+            .with_context(|| format!("{func} has no direct caller"))
+    };
+    let old = caller_of()?;
+    // The tables the attaches replaced, and the programs just closed, go after RCU tasks
+    // trace grace periods: let them end before a program sleeps. A grace period still
+    // running when the detach below asks for one makes that one wait for the next, which
+    // the second program's sleep holds off too (seen: the detached program was then
+    // freed only after the second program's run).
+    std::thread::sleep(Duration::from_secs(3));
+
+    // The first program asleep, in the old image.
+    caller.go.send(()).context("starting the caller")?;
+    let stack = caller.wait_asleep(WAIT_STEP, Tramp::Generated)?;
+    check!(
+        stack.iter().any(|f| f.starts_with(&format!("{old}+"))),
+        "the first program sleeps, but not in {old}: {stack:?}"
+    );
+    let b = read_bss(&map)?;
+    check_eq!(
+        (b.step_asleep, b.step_woke),
+        ([1, 0], [0, 0]),
+        "runs asleep and woken of the two programs, the first asleep"
+    );
+    drop(late);
+    let new = caller_of()?;
+    check!(
+        new != old && new.starts_with("rkf_multi_image_"),
+        "{func} after the detach called through {new}, not a new image (the old one: {old})"
+    );
+    // Long enough for the RCU and RCU tasks grace periods before the RCU tasks trace one
+    // (c-shim/rkf_multi_deferred.c), so that the latter starts while the first program
+    // sleeps.
+    std::thread::sleep(Duration::from_secs(5));
+    check!(
+        prog_loaded(late_prog)?,
+        "the detached program was freed while the first program slept beside its link"
+    );
+
+    // The second program asleep, in the old image, which is then retired.
+    step(1)?;
+    wait_for(120, "the second program never started", || {
+        let b = read_bss(&map)?;
+        Ok(b.step_woke[0] == 1 && b.step_asleep[1] == 1)
+    })?;
+    caller.wait_asleep(WAIT_STEP, Tramp::Generated)?;
+    wait_for(60, "the detached program was never freed", || {
+        Ok(!prog_loaded(late_prog)?)
+    })?;
+    std::thread::sleep(Duration::from_secs(1));
+    check!(
+        image_present(&old)?,
+        "{old}, retired with a call asleep in it, was freed"
+    );
+    let stack = kernel_stack(caller.tid)?;
+    check!(
+        stack.iter().any(|f| f.starts_with(&format!("{old}+"))),
+        "the second program sleeps, but not in {old}: {stack:?}"
+    );
+
+    step(2)?;
+    let b = caller.returned(pgid, &map)?;
+    check_eq!(
+        (b.step_asleep, b.step_woke, b.step_err),
+        ([1, 1], [1, 1], [0, 0]),
+        "runs asleep, woken, and the waits' errors of the two programs"
+    );
+    check_eq!(
+        read_bss(&late_map)?.late_runs,
+        0,
+        "runs of the fentry detached during the call"
+    );
+    wait_for(
+        30,
+        "the old image was not freed once its call had left",
+        || Ok(!image_present(&old)?),
+    )?;
+    drop((first, second));
+    drop(wake);
+    diag!("{old}: retired with a call asleep in it, kept by its count, freed once it left");
+    Ok(())
 }
