@@ -380,7 +380,8 @@ u32 rkf_multi_error_injection(unsigned long addr, struct module *mod);
 struct rkf_multi_image;
 __rkf_safe unsigned long rkf_multi_return_thunk(void);
 u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip);
-struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code);
+struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, bool counted,
+					      unsigned long *code);
 int rkf_multi_image_commit(struct rkf_multi_image *im, const void *buf);
 void rkf_multi_image_free(struct rkf_multi_image *im);
 unsigned long rkf_multi_image_inflight(struct rkf_multi_image *im);

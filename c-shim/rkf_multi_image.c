@@ -7,19 +7,27 @@
  *
  * An image with exits (fexit or session programs) counts the calls in flight inside
  * its functions, as a BPF trampoline's image does (__bpf_tramp_enter(),
- * __bpf_tramp_exit()), and one with sleepable fentry programs alone the calls inside
- * them: a task may sleep there for any time with a return address into the image on its
- * stack.  Once no site calls it any more it is retired here, and freed only once the
- * count is 0 and an RCU tasks grace period has passed.  When rkf_multi unloads, an image
- * some call never came back to (the task exited inside the function, or still sleeps
- * there) is declared dead: such a call then returns through it calling nothing, and the
- * image is left behind, as the kernel leaves a BPF trampoline's image behind in that
- * case.
+ * __bpf_tramp_exit() on its percpu_ref), and one with sleepable fentry programs alone the
+ * calls inside them: a task may sleep there for any time with a return address into the
+ * image on its stack.  Once no site calls it any more it is retired here, and freed only
+ * once the count is 0 and an RCU tasks grace period has passed.  When rkf_multi unloads,
+ * an image some call never came back to (the task exited inside the function, or still
+ * sleeps there) is declared dead: such a call then returns through it calling nothing,
+ * and the image is left behind, as the kernel leaves a BPF trampoline's image behind in
+ * that case.
+ *
+ * The count is per cpu, as a percpu_ref's is until it is killed: the generated code
+ * increments and decrements this cpu's counter (a call may come back on another cpu),
+ * with no lock and no cache line shared between cpus.  Only the sum of the counters
+ * means anything, and it is read only once the image is retired, when no call can enter
+ * it any more: the counters then only go down, so a sum of 0, however long the reading
+ * took, means no call is in flight (see rkf_multi_image_calls()).
  */
 
 #include <linux/bpf.h>
 #include <linux/filter.h>
 #include <linux/mutex.h>
+#include <linux/percpu.h>
 #include <linux/rculist.h>
 #include <linux/rcupdate_wait.h>
 #include <linux/slab.h>
@@ -37,10 +45,11 @@
  * @size: its size
  * @seq:  its number, in its symbol
  * @inflight: calls inside a function of its trampolines with an exit, or inside the
- *            programs of one with sleepable fentry programs alone
+ *            programs of one with sleepable fentry programs alone: a counter per cpu,
+ *            of which only the sum is the count (NULL if they count none)
  * @dead: set when rkf_multi unloads with calls in flight: they return calling nothing
  * @stuck: the calls that were in flight then
- * @drain: on rkf_multi_draining once retired, until @inflight is 0
+ * @drain: on rkf_multi_draining once retired, until the sum of @inflight is 0
  * @garbage: what its code names (the program slots), freed with it by @free
  * @free: frees @garbage
  * @rcu:  frees the image once no reader of the BPF ksym tree can see @ksym
@@ -50,7 +59,7 @@ struct rkf_multi_image {
 	void *code;
 	u32 size;
 	u64 seq;
-	atomic_long_t inflight;
+	long __percpu *inflight;
 	bool dead;
 	long stuck;
 	struct list_head drain;
@@ -108,19 +117,29 @@ u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip)
  * rkf_multi_image_alloc() - allocate text for generated trampolines
  * @size: bytes
  * @seq:  a number for its symbol, rkf_multi_image_<seq>
+ * @counted: its trampolines count calls in flight (rkf_multi_image_inflight())
  * @code: set to where the text will be, for the code to be generated for
  *
  * Return: the image, not yet executable, or NULL.
  */
-struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, unsigned long *code)
+struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, bool counted,
+					      unsigned long *code)
 {
 	struct rkf_multi_image *im = kzalloc(sizeof(*im), GFP_KERNEL);
 
 	if (!im)
 		return NULL;
 	INIT_LIST_HEAD(&im->drain);
+	if (counted) {
+		im->inflight = alloc_percpu(long);
+		if (!im->inflight) {
+			kfree(im);
+			return NULL;
+		}
+	}
 	im->code = arch_alloc_bpf_trampoline(size);
 	if (!im->code) {
+		free_percpu(im->inflight);
 		kfree(im);
 		return NULL;
 	}
@@ -159,6 +178,7 @@ void rkf_multi_image_free(struct rkf_multi_image *im)
 	if (im->ksym.start)
 		bpf_image_ksym_del(&im->ksym);
 	arch_free_bpf_trampoline(im->code, im->size);
+	free_percpu(im->inflight);
 	/* bpf_ksym_find() walks the ksym tree under RCU (the unwinder, kallsyms). */
 	kfree_rcu(im, rcu);
 }
@@ -167,11 +187,32 @@ void rkf_multi_image_free(struct rkf_multi_image *im)
  * rkf_multi_image_inflight() - where the image counts calls in flight
  * @im: from rkf_multi_image_alloc()
  *
- * Return: the address of its count, an atomic_long_t, for generated code.
+ * Return: the per-cpu address of its counters, a long each, for generated code, which
+ * adds and subtracts one on this cpu's through %gs (as this_cpu_inc() does); 0 for an
+ * image allocated without @counted.
  */
 unsigned long rkf_multi_image_inflight(struct rkf_multi_image *im)
 {
-	return (unsigned long)&im->inflight;
+	return (unsigned long)im->inflight;
+}
+
+/*
+ * The calls in flight in a retired image: the sum of its counters.  No call enters a
+ * retired image any more (an RCU tasks grace period passed since the last site called
+ * it, and a task preempted in its code before the increment is waited for by that grace
+ * period: it switches voluntarily only further on), so every counter only goes down from
+ * then on, and a sum read over any length of time is at least the calls still in flight
+ * when the reading ended: 0 means none is.  A call's last reads of what the image names
+ * come before its decrement, which x86 does not reorder before them.
+ */
+static long rkf_multi_image_calls(struct rkf_multi_image *im)
+{
+	long sum = 0;
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		sum += READ_ONCE(*per_cpu_ptr(im->inflight, cpu));
+	return sum;
 }
 
 /**
@@ -223,7 +264,7 @@ static void rkf_multi_drain_fn(struct work_struct *work)
 
 	mutex_lock(&rkf_multi_drain_lock);
 	list_for_each_entry_safe(im, tmp, &rkf_multi_draining, drain)
-		if (!atomic_long_read(&im->inflight))
+		if (!rkf_multi_image_calls(im))
 			list_move(&im->drain, &done);
 	more = !list_empty(&rkf_multi_draining);
 	delay = rkf_multi_drain_delay;
@@ -277,7 +318,7 @@ void rkf_multi_image_drain_exit(void)
 	cancel_delayed_work_sync(&rkf_multi_drain_work);
 	mutex_lock(&rkf_multi_drain_lock);
 	list_for_each_entry_safe(im, tmp, &rkf_multi_draining, drain) {
-		im->stuck = atomic_long_read(&im->inflight);
+		im->stuck = rkf_multi_image_calls(im);
 		if (im->stuck) {
 			WRITE_ONCE(im->dead, true);
 			list_move(&im->drain, &busy);
@@ -298,7 +339,7 @@ void rkf_multi_image_drain_exit(void)
 	 */
 	synchronize_rcu_tasks();
 	list_for_each_entry_safe(im, tmp, &busy, drain) {
-		im->stuck = atomic_long_read(&im->inflight);
+		im->stuck = rkf_multi_image_calls(im);
 		if (!im->stuck)
 			list_move(&im->drain, &late);
 	}

@@ -198,6 +198,7 @@ unsafe extern "C" {
     pub fn rkf_multi_image_alloc(
         size: u32_,
         seq: u64_,
+        counted: bool_,
         code: *mut ffi::c_ulong,
     ) -> *mut rkf_multi_image;
 }

@@ -263,7 +263,7 @@ pub(crate) fn generate(
     let size32 = u32::try_from(size).map_err(|_| E2BIG)?;
     let mut code = 0usize;
     // SAFETY: `code` is valid for writes.
-    let im = unsafe { rkf_h::rkf_multi_image_alloc(size32, seq, &mut code) };
+    let im = unsafe { rkf_h::rkf_multi_image_alloc(size32, seq, counts_calls, &mut code) };
     if im.is_null() {
         return Err(ENOMEM);
     }

@@ -20,12 +20,12 @@
 //! mov qword [rbp-104+8*i], 0  (nr_args, 6 <= i < saved)   ctx[i]: no such argument
 //! mov qword [rbp-112], nr_args                  ctx[-1]: bpf_get_func_arg_cnt()
 //! movabs rax, addr; mov [rbp-120], rax          ctx[-2]: bpf_get_func_ip()
-//! [movabs rax, &inflight; lock inc qword [rax]] with an exit, or sleepable fentry
+//! [movabs rax, &inflight; inc qword gs:[rax]]   with an exit, or sleepable fentry
 //!                                               programs: a call in flight
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
-//! [movabs rax, &inflight; lock dec qword [rax]] sleepable fentry programs, no exit
+//! [movabs rax, &inflight; dec qword gs:[rax]]   sleepable fentry programs, no exit
 //! with session programs:
 //!     mov qword [rbp-128-8*k], 0  (k < ns)      ctx[-3-k]: session k's cookie
 //!     mov qword [rbp-104+8*nr_args], 0; [mov qword [rbp-56], 0]   the return value: 0
@@ -50,7 +50,7 @@
 //!     for each fexit program:
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
 //!         [account]; call run_exit              run_exit(slot, ctx)
-//! out: movabs rax, &inflight; lock dec qword [rax]; mov rax, [rbp-8]
+//! out: movabs rax, &inflight; dec qword gs:[rax]; mov rax, [rbp-8]
 //!     leave; add rsp, 8                         back to the function's caller
 //! else: leave
 //! ret; int3                   or  jmp <return thunk>
@@ -94,10 +94,13 @@
 //! return value slots), never stale stack.  Unlike the JIT, it does not pad the stack
 //! arguments it pushes to a 16-byte boundary: the kernel is built for 8
 //! (`-mpreferred-stack-boundary=3`).  The calls in flight are counted per image, as a BPF
-//! trampoline counts them on its image (`__bpf_tramp_enter()`), so that an image is freed
-//! only once no call can come back into it; a call that comes back after the image was
-//! declared dead (rkf_multi unloading meanwhile) goes straight back to the function's
-//! caller.
+//! trampoline counts them on its image's percpu_ref (`__bpf_tramp_enter()`), so that an
+//! image is freed only once no call can come back into it: a counter per cpu, which the
+//! code adds to and subtracts from through `%gs` as `this_cpu_inc()` and
+//! `this_cpu_dec()` do, with no lock and no cache line that cpus share (a call may come
+//! back on another cpu: only the sum counts, c-shim/rkf_multi_image.c); a call that comes
+//! back after the image was declared dead (rkf_multi unloading meanwhile) goes straight
+//! back to the function's caller.
 
 /// The frame, as c-shim/rkf.h defines it (`RKF_MULTI_FRAME_*`, asserted by rkf_multi):
 /// `ctx[0]` is at `rbp - 104`.
@@ -215,8 +218,8 @@ pub struct Exit<'a> {
     /// The address of `rkf_multi_run_exit()`, which runs a slot unless its link is gone
     /// (`rkf_multi_run_sleepable_slot()` for a function with a sleepable program).
     pub run: u64,
-    /// The image's count of calls in flight (an `atomic_long_t`): incremented on entry,
-    /// decremented on the way out.
+    /// The image's counters of calls in flight (the per-cpu address of a `long`): this
+    /// cpu's incremented on entry, and this cpu's decremented on the way out.
     pub inflight: u64,
     /// The image's dead flag (a byte): once set, a call that comes back from the function
     /// runs no exit run and calls nothing, so the image may outlive rkf_multi.
@@ -240,9 +243,9 @@ pub struct Spec<'a> {
     /// For a function with session or fexit programs: calling it and running its exit
     /// runs, the call counted in flight.
     pub exit: Option<Exit<'a>>,
-    /// For a function without an exit whose fentry programs may sleep: the image's count
-    /// of calls in flight (an `atomic_long_t`), incremented before the programs and
-    /// decremented after them, so that the image outlives a task asleep in one.  (With
+    /// For a function without an exit whose fentry programs may sleep: the image's
+    /// counters of calls in flight (as [`Exit::inflight`]), incremented before the
+    /// programs and decremented after them, so that the image outlives a task asleep in one.  (With
     /// an exit, [`Exit::inflight`] counts the call from entry to return.)
     pub counted: Option<u64>,
     /// What the cpu wants of the code.
@@ -395,6 +398,11 @@ fn rel32(next: u64, target: u64) -> Option<u32> {
 const MOVABS_RAX: [u8; 2] = [0x48, 0xb8];
 /// `movabs rdi, imm64`.
 const MOVABS_RDI: [u8; 2] = [0x48, 0xbf];
+/// `inc qword gs:[rax]`: this cpu's counter of a per-cpu address, as `this_cpu_inc()`
+/// (x86-64 kernels keep this cpu's per-cpu offset in the GS base).
+const INC_GS_RAX: [u8; 4] = [0x65, 0x48, 0xff, 0x00];
+/// `dec qword gs:[rax]`, as `this_cpu_dec()`.
+const DEC_GS_RAX: [u8; 4] = [0x65, 0x48, 0xff, 0x08];
 
 impl Out<'_> {
     /// Call depth accounting for the call that follows (or the one that entered).
@@ -531,18 +539,18 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     o.u64(t.addr);
     o.rbp_mov((0, false), FUNC_IP, true);
     if let Some(c) = t.exit.map(|e| e.inflight).or(t.counted) {
-        // movabs rax, inflight; lock inc qword [rax]
+        // movabs rax, inflight; inc qword gs:[rax]
         o.bytes(&MOVABS_RAX);
         o.u64(c);
-        o.bytes(&[0xf0, 0x48, 0xff, 0x00]);
+        o.bytes(&INC_GS_RAX);
     }
     o.progs(at, m, t.slots, t.run)?;
     if let Some(c) = t.counted {
-        // movabs rax, inflight; lock dec qword [rax]: past the programs the task runs
+        // movabs rax, inflight; dec qword gs:[rax]: past the programs the task runs
         // only the rest of this code, which an RCU tasks grace period waits out.
         o.bytes(&MOVABS_RAX);
         o.u64(c);
-        o.bytes(&[0xf0, 0x48, 0xff, 0x08]);
+        o.bytes(&DEC_GS_RAX);
     }
     if !sessions.is_empty() {
         // mov qword [rbp+COOKIES-8*k], 0: each session's cookie starts at 0.
@@ -596,10 +604,10 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
             o.u32(t.nr_args);
         }
         o.progs(at, m, e.slots, e.run)?;
-        // out: movabs rax, inflight; lock dec qword [rax]; mov rax, [rbp+RET]
+        // out: movabs rax, inflight; dec qword gs:[rax]; mov rax, [rbp+RET]
         o.bytes(&MOVABS_RAX);
         o.u64(e.inflight);
-        o.bytes(&[0xf0, 0x48, 0xff, 0x08]);
+        o.bytes(&DEC_GS_RAX);
         o.rbp_mov((0, false), RET, false);
     }
     // leave

@@ -81,7 +81,7 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
     e.push(format!("mov [rbp-{:#x}], rax", -(FUNC_IP as i32)));
     if let Some(c) = t.exit.map(|x| x.inflight).or(t.counted) {
         e.push(format!("mov rax, {c:#x}"));
-        e.push("lock inc qword ptr [rax]".to_string());
+        e.push("inc qword ptr gs:[rax]".to_string());
     }
     let progs = |e: &mut Vec<String>, slots: &[u64], run: &str| {
         for s in slots {
@@ -94,7 +94,7 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
     progs(&mut e, t.slots, "RUN");
     if let Some(c) = t.counted {
         e.push(format!("mov rax, {c:#x}"));
-        e.push("lock dec qword ptr [rax]".to_string());
+        e.push("dec qword ptr gs:[rax]".to_string());
     }
     // ctx[-1] of session k: the argument count, the cookie's index at bit 8, the
     // is-return bit 63 (include/linux/bpf.h), written through rax.
@@ -154,7 +154,7 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         }
         progs(&mut e, x.slots, "RUN_EXIT");
         e.push(format!("mov rax, {:#x}", x.inflight));
-        e.push("lock dec qword ptr [rax]".to_string());
+        e.push("dec qword ptr gs:[rax]".to_string());
         e.push(format!("mov rax, {ret}"));
     }
     e.push("leave".to_string());
@@ -230,7 +230,7 @@ fn check(at: u64, t: &Spec<'_>) {
     let out = t.exit.map(|_| {
         let dec = insns
             .iter()
-            .position(|i| i.mnemonic() == Mnemonic::Dec && i.has_lock_prefix())
+            .position(|i| i.mnemonic() == Mnemonic::Dec && i.segment_prefix() == Register::GS)
             .expect("the count down");
         insns[dec - 1].ip()
     });

@@ -32,7 +32,10 @@ use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
     multi::{check_tramps, Tramp},
-    skel::multi_asleep::{types::bss, MultiAsleepSkel, MultiAsleepSkelBuilder},
+    skel::{
+        multi_asleep::{types::bss, MultiAsleepSkel, MultiAsleepSkelBuilder},
+        multi_filler::{types::bss as filler_bss, MultiFillerSkelBuilder},
+    },
 };
 use rkf::{
     multi::{self, Func, Link},
@@ -59,15 +62,32 @@ impl Drop for Wake {
     }
 }
 
-/// The program's .bss, read through the map: it outlives the skeleton while the programs
-/// hold the map.
-fn read_bss(map: &MapHandle) -> Result<bss> {
+/// The value of a program's .bss, read through the map: it outlives the skeleton while
+/// the programs hold the map.
+///
+/// # Safety
+///
+/// `T` is the map's value type, a plain C struct of integers: any bytes are a `T`.
+unsafe fn read_value<T>(map: &MapHandle) -> Result<T> {
     let v = map
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
         .context("no .bss value")?;
-    check_eq!(v.len(), size_of::<bss>(), ".bss size");
-    // SAFETY: `v` holds the bytes of one `bss`, a plain C struct of integers.
-    Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast::<bss>()) })
+    check_eq!(v.len(), size_of::<T>(), ".bss size");
+    // SAFETY: `v` holds `size_of::<T>()` bytes, and any bytes are a `T` (the function's
+    // contract).
+    Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast::<T>()) })
+}
+
+/// multi_asleep.bpf.c's .bss.
+fn read_bss(map: &MapHandle) -> Result<bss> {
+    // SAFETY: `bss` is the skeleton's type of the map's value, integers only.
+    unsafe { read_value(map) }
+}
+
+/// multi_filler.bpf.c's .bss.
+fn read_filler_bss(map: &MapHandle) -> Result<filler_bss> {
+    // SAFETY: `filler_bss` is the skeleton's type of the map's value, integers only.
+    unsafe { read_value(map) }
 }
 
 /// A thread that calls getpgid(2) once, its program's target, when told; returns what
@@ -422,6 +442,50 @@ fn image_present(name: &str) -> Result<bool> {
         .any(|s| s.module.as_deref() == Some("bpf") && s.name == name))
 }
 
+/// The first two cpus this process may run on: the call goes in on one and out on the
+/// other.
+fn two_cpus() -> Result<(usize, usize)> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .context("sched_getaffinity")?;
+    let mut cpus = (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false));
+    match (cpus.next(), cpus.next()) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => bail!("the test moves a call from one cpu to another, and this process has one"),
+    }
+}
+
+/// The cpus task `tid` of this process may run on, as a list
+/// (/proc/self/task/TID/status, `Cpus_allowed_list`).
+fn cpus_allowed(tid: i32) -> Result<String> {
+    let path = format!("/proc/self/task/{tid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .with_context(|| format!("no Cpus_allowed_list in {path}"))
+}
+
+/// Runs task `tid` of this process on cpu `cpu` only.
+fn pin(tid: i32, cpu: usize) -> Result<()> {
+    use nix::{sched::CpuSet, unistd::Pid};
+    let mut set = CpuSet::new();
+    set.set(cpu).context("CpuSet::set")?;
+    nix::sched::sched_setaffinity(Pid::from_raw(tid), &set)
+        .with_context(|| format!("pinning task {tid} to cpu {cpu}"))
+}
+
+/// The cpu task `tid` of this process last ran on (/proc/self/task/TID/stat, field 39).
+fn last_cpu(tid: i32) -> Result<usize> {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    // Fields from the third, the state, on follow the command's closing parenthesis.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(39 - 3))
+        .and_then(|f| f.parse().ok())
+        .with_context(|| format!("no cpu in {path}: {stat}"))
+}
+
 /// Polls `cond` every 50 ms for up to `secs` seconds; fails with `what` if it never held.
 fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -434,24 +498,39 @@ fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Re
 
 /// A generated trampoline's image kept by its count of calls in flight alone.
 ///
-/// Two fentry.s programs and a plain fentry after them, on one task's `getpgid(2)`, in
-/// one generated trampoline without an exit (the counted shape: the count is raised
-/// before the first program and lowered after the last). The first program sleeps in
-/// `bpf_rkf_testmod_wait_step(1)`; the plain fentry's link, which alone holds its
-/// program, is detached: the function gets new code in a new image, and the old table, which alone
-/// holds the old image, goes with that link after an RCU tasks trace grace period, which
-/// the first program's run holds off (checked: the detached program is still loaded 5 s
-/// later). Woken, the first program's run ends and the second program's begins and
-/// sleeps in `bpf_rkf_testmod_wait_step(2)`, in the old image still; its run is a read
-/// section of its own, so the grace period ends now, the old table is freed (checked:
-/// the detached program is freed with its link) and the old image retired with the call
-/// in flight in it. Only the count keeps it then: it must still be there (its symbol in
-/// kallsyms, the sleeping task's stack in it) 1 s after it was retired, when
-/// rkf_multi's drain has looked at it several times. Woken, the second program ends,
-/// the detached fentry does not run (its slot in the old image says its link is
-/// detached; the link itself is freed by then, which the test kernel's KASAN would see
-/// read), the call returns what `getpgid(2)` returns, and the old image is freed once
-/// the call has left it.
+/// Two fentry.s programs and a plain fentry after them (rkf_multi_filler's, an object
+/// of its own without sleepable programs), on one task's `getpgid(2)`, in one generated
+/// trampoline without an exit (the counted shape: the count is raised before the first
+/// program and lowered after the last). The test first waits until the images that the
+/// attaches replaced are freed: the RCU tasks trace grace periods that freed their
+/// tables have ended, and none is left running that the one asked for below would have
+/// to wait behind (seen: it then waited for the next one, which the second program's
+/// sleep held off).
+///
+/// The first program sleeps in `bpf_rkf_testmod_wait_step(1)`; the plain fentry's link,
+/// which alone holds its program, is detached: the function gets new code in a new
+/// image, and the old table, which alone holds the old image, goes with that link after
+/// RCU, RCU tasks and RCU tasks trace grace periods, the last held off by the first
+/// program's run (checked: the detached program is still loaded 5 s later, time for
+/// the first two). Woken, the first program's run ends and the second program's begins
+/// and sleeps in `bpf_rkf_testmod_wait_step(2)`, in the old image still; its run is a
+/// read section of its own, so the grace period ends now, the old table is freed
+/// (checked: the detached program is freed with its link) and the old image is retired
+/// with the call in flight in it. Only the count keeps it then: it must still be there
+/// (its symbol in kallsyms, the sleeping task's stack in it) 1 s after it was retired
+/// (rkf_multi's drain looks at a retired image at once, and again after 100, 200 and
+/// 400 ms).
+///
+/// The count is a counter per cpu. The task makes the call, and the increment, on one
+/// cpu, and is moved to another while the first program sleeps (its mask changes at
+/// once; the move itself waits for the program's run to end, which runs with migration
+/// disabled), so that the decrement, after the second program, is on the other cpu's
+/// counter (checked: the task last ran there when the second program sleeps).
+///
+/// Woken, the second program ends, the detached fentry does not run (its slot in the
+/// old image says its link is detached: its program and counters are freed by then,
+/// which the test kernel's KASAN would see read), the call returns what `getpgid(2)`
+/// returns, and the old image is freed once the call has left it.
 pub(super) fn image_kept_by_its_count() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     let funcs = target()?;
@@ -459,53 +538,58 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     // SAFETY: getpgid(2) has no memory arguments.
     let pgid = unsafe { libc::getpgid(0) };
     check!(pgid > 0, "getpgid(0): {pgid}");
+    let (cpu_in, cpu_out) = two_cpus()?;
     step(0)?;
     let wake = WakeSteps;
 
     let caller = Caller::spawn()?;
-    let pid = caller.tid as u32;
-    let set_pid = |o: &mut crate::skel::multi_asleep::OpenMultiAsleepSkel<'_>| {
+    pin(caller.tid, cpu_in)?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = skeleton::load::<MultiAsleepSkelBuilder>(&mut obj, "multi_asleep.bpf.c", |o| {
         o.maps
             .bss_data
             .as_deref_mut()
             .context("no .bss")?
-            .target_pid = pid;
+            .target_pid = caller.tid as u32;
         Ok(())
-    };
-    let mut obj = MaybeUninit::uninit();
-    let skel = skeleton::load::<MultiAsleepSkelBuilder>(&mut obj, "multi_asleep.bpf.c", set_pid)?;
+    })?;
     let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
-    // The plain fentry from an object of its own, so that its program is freed with its
-    // link.
     let mut late_obj = MaybeUninit::uninit();
     let late_skel =
-        skeleton::load::<MultiAsleepSkelBuilder>(&mut late_obj, "multi_asleep.bpf.c", set_pid)?;
-    let late_map = MapHandle::try_from(&late_skel.maps.bss).context("the other .bss map")?;
-    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
-    let first = attach(&skel.progs.step1_fentry)?;
-    let second = attach(&skel.progs.step2_fentry)?;
-    let late = attach(&late_skel.progs.late_fentry)?;
-    let late_prog = multi::links()?
-        .iter()
-        .find(|l| l.id == late.id)
-        .map(|l| l.prog_id)
-        .context("the plain fentry's link is not listed")?;
-    // Its link holds the program; the object's other programs, sleepable ones, go now,
-    // with an RCU tasks trace grace period of their own.
-    drop(late_skel);
-    check_tramps(&funcs, Tramp::Generated, "two fentry.s and an fentry")?;
+        skeleton::load::<MultiFillerSkelBuilder>(&mut late_obj, "multi_filler.bpf.c", |o| {
+            let b = o.maps.bss_data.as_deref_mut().context("no .bss")?;
+            b.target_pid = caller.tid as u32;
+            b.target_ip = funcs[0].addr;
+            Ok(())
+        })?;
+    let late_map = MapHandle::try_from(&late_skel.maps.bss).context("the filler's .bss map")?;
     let caller_of = || -> Result<String> {
         multi::direct_callers()?
             .remove(&func)
             .with_context(|| format!("{func} has no direct caller"))
     };
+    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let first = attach(&skel.progs.step1_fentry)?;
+    let replaced_first = caller_of()?;
+    let second = attach(&skel.progs.step2_fentry)?;
+    let replaced_second = caller_of()?;
+    let late = attach(&late_skel.progs.filler)?;
+    let late_prog = multi::links()?
+        .iter()
+        .find(|l| l.id == late.id)
+        .map(|l| l.prog_id)
+        .context("the plain fentry's link is not listed")?;
+    // Its link holds the program.
+    drop(late_skel);
+    check_tramps(&funcs, Tramp::Generated, "two fentry.s and an fentry")?;
     let old = caller_of()?;
-    // The tables the attaches replaced, and the programs just closed, go after RCU tasks
-    // trace grace periods: let them end before a program sleeps. A grace period still
-    // running when the detach below asks for one makes that one wait for the next, which
-    // the second program's sleep holds off too (seen: the detached program was then
-    // freed only after the second program's run).
-    std::thread::sleep(Duration::from_secs(3));
+    for im in [&replaced_first, &replaced_second] {
+        wait_for(
+            60,
+            &format!("{im}, replaced by an attach, was never freed"),
+            || Ok(!image_present(im)?),
+        )?;
+    }
 
     // The first program asleep, in the old image.
     caller.go.send(()).context("starting the caller")?;
@@ -520,31 +604,52 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
         ([1, 0], [0, 0]),
         "runs asleep and woken of the two programs, the first asleep"
     );
+    check_eq!(
+        last_cpu(caller.tid)?,
+        cpu_in,
+        "the cpu the call was made on"
+    );
     drop(late);
     let new = caller_of()?;
     check!(
         new != old && new.starts_with("rkf_multi_image_"),
         "{func} after the detach called through {new}, not a new image (the old one: {old})"
     );
-    // Long enough for the RCU and RCU tasks grace periods before the RCU tasks trace one
-    // (c-shim/rkf_multi_deferred.c), so that the latter starts while the first program
-    // sleeps.
     std::thread::sleep(Duration::from_secs(5));
     check!(
         prog_loaded(late_prog)?,
         "the detached program was freed while the first program slept beside its link"
     );
 
-    // The second program asleep, in the old image, which is then retired.
+    // Moved to the other cpu once the first program's run ends; the second program
+    // asleep, in the old image, which is then retired.
+    let tid = caller.tid;
+    let mover = std::thread::spawn(move || pin(tid, cpu_out));
+    wait_for(10, "the call's cpu mask never changed", || {
+        Ok(cpus_allowed(tid)? == cpu_out.to_string())
+    })?;
     step(1)?;
     wait_for(120, "the second program never started", || {
         let b = read_bss(&map)?;
         Ok(b.step_woke[0] == 1 && b.step_asleep[1] == 1)
     })?;
     caller.wait_asleep(WAIT_STEP, Tramp::Generated)?;
-    wait_for(60, "the detached program was never freed", || {
-        Ok(!prog_loaded(late_prog)?)
-    })?;
+    match mover.join() {
+        Ok(r) => r?,
+        Err(_) => bail!("the thread moving the call panicked"),
+    }
+    check_eq!(
+        last_cpu(caller.tid)?,
+        cpu_out,
+        "the cpu the call went on to, past the first program"
+    );
+    wait_for(
+        60,
+        "the detached program was not freed while the second program slept (the RCU tasks \
+         trace grace period that frees it with the old table did not start during the \
+         first program's sleep, or something else holds the table)",
+        || Ok(!prog_loaded(late_prog)?),
+    )?;
     std::thread::sleep(Duration::from_secs(1));
     check!(
         image_present(&old)?,
@@ -563,9 +668,10 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
         ([1, 1], [1, 1], [0, 0]),
         "runs asleep, woken, and the waits' errors of the two programs"
     );
+    let late_bss = read_filler_bss(&late_map)?;
     check_eq!(
-        read_bss(&late_map)?.late_runs,
-        0,
+        (late_bss.hits, late_bss.other),
+        (0, 0),
         "runs of the fentry detached during the call"
     );
     wait_for(
@@ -575,6 +681,9 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     )?;
     drop((first, second));
     drop(wake);
-    diag!("{old}: retired with a call asleep in it, kept by its count, freed once it left");
+    diag!(
+        "{old}: retired with a call asleep in it, kept by its count (in on cpu {cpu_in}, \
+         out on cpu {cpu_out}), freed once it left"
+    );
     Ok(())
 }
