@@ -403,7 +403,7 @@ void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 /* Deep enough for stacks past perf_event_max_stack, shallow for a 16 KiB kernel stack. */
 #define RKF_TESTMOD_MAX_DEPTH 256
 
-/* The longest bpf_rkf_testmod_wait_release() and _wait_step() sleep, in seconds. */
+/* The longest bpf_rkf_testmod_wait_step() sleeps, in seconds. */
 #define RKF_TESTMOD_WAIT_MAX 120
 
 /* For syscall programs; for tracing programs, sleepable ones. */

@@ -8,10 +8,10 @@
  * programs take kernel stacks of a chosen depth.  bpf_rkf_testmod_multi_run() calls
  * rkf_multi's test targets in a module, rkf_testmod_multi_test*(), with known arguments
  * and checks what they return, as net/bpf/test_run.c does with bpf_fentry_test*() for
- * vmlinux.  bpf_rkf_testmod_wait_release(), a sleepable kfunc for tracing programs, sleeps
- * until the module parameter "release" is set: a sleepable program asleep for as long
- * as a test wants; bpf_rkf_testmod_wait_step(n) until the parameter "step" reaches @n,
- * so that two programs of one call sleep one after the other.  These must be C: fentry
+ * vmlinux.  bpf_rkf_testmod_wait_step(n), a sleepable kfunc for tracing programs, sleeps
+ * until the module parameter "step" reaches @n: a sleepable program asleep for as long
+ * as a test wants, or two programs of one call asleep one after the other, as the test
+ * moves the parameter on.  These must be C: fentry
  * and rkf_multi attach through the function's BTF, and Rust code has none; kfuncs are
  * C entry points.
  */
@@ -112,26 +112,8 @@ noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k + l;
 }
 
-static bool rkf_testmod_release;
 static unsigned int rkf_testmod_step;
-static DECLARE_WAIT_QUEUE_HEAD(rkf_testmod_release_wq);
-
-/* Sets the parameter, and wakes the programs asleep in bpf_rkf_testmod_wait_release(). */
-static int rkf_testmod_release_set(const char *val, const struct kernel_param *kp)
-{
-	int err = param_set_bool(val, kp);
-
-	if (!err)
-		wake_up_all(&rkf_testmod_release_wq);
-	return err;
-}
-
-static const struct kernel_param_ops rkf_testmod_release_ops = {
-	.set = rkf_testmod_release_set,
-	.get = param_get_bool,
-};
-module_param_cb(release, &rkf_testmod_release_ops, &rkf_testmod_release, 0600);
-MODULE_PARM_DESC(release, "Wakes the programs asleep in bpf_rkf_testmod_wait_release()");
+static DECLARE_WAIT_QUEUE_HEAD(rkf_testmod_step_wq);
 
 /* Sets the parameter, and wakes the programs asleep in bpf_rkf_testmod_wait_step(). */
 static int rkf_testmod_step_set(const char *val, const struct kernel_param *kp)
@@ -139,7 +121,7 @@ static int rkf_testmod_step_set(const char *val, const struct kernel_param *kp)
 	int err = param_set_uint(val, kp);
 
 	if (!err)
-		wake_up_all(&rkf_testmod_release_wq);
+		wake_up_all(&rkf_testmod_step_wq);
 	return err;
 }
 
@@ -149,14 +131,6 @@ static const struct kernel_param_ops rkf_testmod_step_ops = {
 };
 module_param_cb(step, &rkf_testmod_step_ops, &rkf_testmod_step, 0600);
 MODULE_PARM_DESC(step, "Wakes the programs asleep in bpf_rkf_testmod_wait_step() for it or less");
-
-/* What a wait of RKF_TESTMOD_WAIT_MAX seconds that had @left jiffies left returns. */
-static int rkf_testmod_wait_err(long left)
-{
-	if (left < 0)
-		return -EINTR;
-	return left ? 0 : -ETIMEDOUT;
-}
 
 __bpf_kfunc_start_defs();
 
@@ -230,43 +204,27 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
 }
 
 /**
- * bpf_rkf_testmod_wait_release() - sleep until the module parameter "release" is set
- *
- * For sleepable tracing programs: a program asleep for as long as a test wants, which
- * sets the parameter once it has seen what it looks for.  The task sleeps without
- * waking until then (its kernel stack can be read all along), for at most
- * RKF_TESTMOD_WAIT_MAX seconds.
- *
- * Return: 0 once released, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX seconds, or -EINTR if
- * the task has a signal pending.
- */
-__bpf_kfunc int bpf_rkf_testmod_wait_release(void)
-{
-	long left = wait_event_interruptible_timeout(rkf_testmod_release_wq,
-						     READ_ONCE(rkf_testmod_release),
-						     RKF_TESTMOD_WAIT_MAX * HZ);
-
-	return rkf_testmod_wait_err(left);
-}
-
-/**
  * bpf_rkf_testmod_wait_step() - sleep until the module parameter "step" is at least @step
  * @step: the value to wait for
  *
- * For sleepable tracing programs, as bpf_rkf_testmod_wait_release(): two programs of one
- * call that wait for steps 1 and 2 sleep one after the other, as the test moves the
- * parameter on.
+ * For sleepable tracing programs: a program asleep for as long as a test wants, which
+ * moves the parameter on once it has seen what it looks for, or two programs of one call
+ * that wait for steps 1 and 2, asleep one after the other.  The task sleeps without
+ * waking until then (its kernel stack can be read all along), for at most
+ * RKF_TESTMOD_WAIT_MAX seconds.
  *
  * Return: 0 once the parameter reached @step, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX
  * seconds, or -EINTR if the task has a signal pending.
  */
 __bpf_kfunc int bpf_rkf_testmod_wait_step(u32 step)
 {
-	long left = wait_event_interruptible_timeout(rkf_testmod_release_wq,
+	long left = wait_event_interruptible_timeout(rkf_testmod_step_wq,
 						     READ_ONCE(rkf_testmod_step) >= step,
 						     RKF_TESTMOD_WAIT_MAX * HZ);
 
-	return rkf_testmod_wait_err(left);
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
 }
 
 __bpf_kfunc_end_defs();
@@ -283,7 +241,6 @@ const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {
 };
 
 BTF_KFUNCS_START(rkf_testmod_sleep_kfunc_ids)
-BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_release, KF_SLEEPABLE)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_step, KF_SLEEPABLE)
 BTF_KFUNCS_END(rkf_testmod_sleep_kfunc_ids)
 

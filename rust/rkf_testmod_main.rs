@@ -5,9 +5,8 @@
 //!
 //! It registers `bpf_rkf_testmod_recurse()` for syscall programs: a kernel stack of a
 //! chosen depth, ending in `rkf_testmod_leaf()` where fentry programs attach; and
-//! `bpf_rkf_testmod_wait_release()` and `bpf_rkf_testmod_wait_step()` for sleepable
-//! tracing programs, which sleep until the module parameter `release` is set, or `step`
-//! reaches theirs.  The functions are in
+//! `bpf_rkf_testmod_wait_step()` for sleepable tracing programs, which sleeps until the
+//! module parameter `step` reaches its argument.  The functions are in
 //! c-shim/rkf_testmod_shim.c, because fentry needs their BTF.
 
 use kernel::prelude::*;

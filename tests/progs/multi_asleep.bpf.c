@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rkf_multi selftest of a sleepable program asleep: on one task's call of the traced
- * function, an fentry.s program sleeps in rkf_testmod's bpf_rkf_testmod_wait_release()
- * until the test sets the module parameter "release"; a non-sleepable fexit program on
+ * function, an fentry.s program sleeps in rkf_testmod's bpf_rkf_testmod_wait_step(1)
+ * until the test sets the module parameter "step" to 1; a non-sleepable fexit program on
  * the same function records the call's return, and a non-sleepable fentry program after
  * it counts the runs that follow the sleep.  Two more fentry.s programs sleep one after
  * the other on the same call, in bpf_rkf_testmod_wait_step() for steps 1 and 2.  Needs
@@ -13,7 +13,6 @@
 #include <bpf/bpf_tracing.h>
 #include "rkf.bpf.h"
 
-extern int bpf_rkf_testmod_wait_release(void) __ksym;
 extern int bpf_rkf_testmod_wait_step(__u32 step) __ksym;
 
 /* Input: the task whose call sleeps. */
@@ -44,7 +43,7 @@ int BPF_PROG(asleep_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
 	if (!wanted())
 		return 0;
 	__sync_fetch_and_add(&asleep, 1);
-	wait_err = bpf_rkf_testmod_wait_release();
+	wait_err = bpf_rkf_testmod_wait_step(1);
 	__sync_fetch_and_add(&woke, 1);
 	return 0;
 }

@@ -5,8 +5,8 @@
 //! sleeps in it ([`image_kept_by_its_count()`]).
 //!
 //! The program (tests/progs/multi_asleep.bpf.c) sleeps in rkf_testmod's
-//! `bpf_rkf_testmod_wait_release()` on one task's `getpgid(2)` until the test sets
-//! rkf_testmod's parameter `release`; a non-sleepable fexit program on the same function
+//! `bpf_rkf_testmod_wait_step(1)` on one task's `getpgid(2)` until the test sets
+//! rkf_testmod's parameter `step` to 1; a non-sleepable fexit program on the same function
 //! records the call's return, and a non-sleepable fentry program attached after it counts
 //! the runs that follow the sleep.  A generated trampoline counts such a call in flight
 //! from entry to return (without the fexit, which it then does not call the function
@@ -42,23 +42,23 @@ use rkf::{
     skeleton,
 };
 
-/// Where the program sleeps.
-const WAIT: &str = "bpf_rkf_testmod_wait_release";
-/// rkf_testmod's parameter that wakes it.
-const RELEASE: &str = "/sys/module/rkf_testmod/parameters/release";
+/// Where the programs sleep.
+const WAIT: &str = "bpf_rkf_testmod_wait_step";
+/// rkf_testmod's parameter that wakes them.
+const STEP: &str = "/sys/module/rkf_testmod/parameters/step";
 
-/// Sets `release` to `on`.
-fn release(on: bool) -> Result<()> {
-    std::fs::write(RELEASE, if on { "1" } else { "0" }).with_context(|| format!("write {RELEASE}"))
+/// Sets `step` to `n`: the programs waiting for `n` or less wake.
+fn step(n: u32) -> Result<()> {
+    std::fs::write(STEP, n.to_string()).with_context(|| format!("write {n} to {STEP}"))
 }
 
-/// Wakes the program when the test ends, also on failure: a task asleep in it would hold
-/// up the unload of rkf_multi, and the runner's exit, for two minutes.
+/// Wakes every program when the test ends, also on failure: a task asleep in one would
+/// hold up the unload of rkf_multi, and the runner's exit, for two minutes.
 struct Wake;
 
 impl Drop for Wake {
     fn drop(&mut self) {
-        let _ = release(true);
+        let _ = step(u32::MAX);
     }
 }
 
@@ -168,6 +168,24 @@ impl Caller {
             Err(_) => bail!("the caller panicked"),
         }
     }
+}
+
+/// multi_asleep.bpf.c loaded for `caller`'s calls, and its .bss map, which outlives the
+/// skeleton.
+fn load_for<'o>(
+    obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    caller: &Caller,
+) -> Result<(MultiAsleepSkel<'o>, MapHandle)> {
+    let skel = skeleton::load::<MultiAsleepSkelBuilder>(obj, "multi_asleep.bpf.c", |o| {
+        o.maps
+            .bss_data
+            .as_deref_mut()
+            .context("no .bss")?
+            .target_pid = caller.tid as u32;
+        Ok(())
+    })?;
+    let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
+    Ok((skel, map))
 }
 
 /// The links of one round: the fexit program (if the round has it), the sleepable one,
@@ -295,21 +313,13 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     // SAFETY: getpgid(2) has no memory arguments.
     let pgid = unsafe { libc::getpgid(0) };
     check!(pgid > 0, "getpgid(0): {pgid}");
-    release(false)?;
+    step(0)?;
     let wake = Wake;
 
     // 1. Detached while asleep.
     let caller = Caller::spawn()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = skeleton::load::<MultiAsleepSkelBuilder>(&mut obj, "multi_asleep.bpf.c", |o| {
-        o.maps
-            .bss_data
-            .as_deref_mut()
-            .context("no .bss")?
-            .target_pid = caller.tid as u32;
-        Ok(())
-    })?;
-    let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
+    let (mut skel, map) = load_for(&mut obj, &caller)?;
     let links = attach_and_sleep(&skel, &funcs, &caller, tramp, fexit)?;
     let ids = [links.sleeper.id, links.late.id];
     // The sleepable link first, then the one after it: what the call meets after its
@@ -327,7 +337,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
         !caller.thread.is_finished(),
         "the call returned before the program was woken"
     );
-    release(true)?;
+    step(1)?;
     let b = caller.returned(pgid, &map)?;
     check_eq!(
         (b.asleep, b.woke, b.wait_err, b.late_runs),
@@ -342,7 +352,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     drop(links.fexit);
 
     // 2. rmmod while asleep.
-    release(false)?;
+    step(0)?;
     let caller = Caller::spawn()?;
     {
         let b = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
@@ -384,7 +394,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
         Some("live"),
         "rkf_multi after the refused rmmod"
     );
-    release(true)?;
+    step(1)?;
     drop(wake);
     rmmod_wait(MULTI, Duration::from_secs(120))?;
     check!(!prog_loaded(prog)?, "the program outlived rkf_multi");
@@ -412,25 +422,6 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
          held rkf_multi until it woke"
     );
     crate::multi::smoke().context("rkf_multi after reload")
-}
-
-/// rkf_testmod's parameter that wakes the programs waiting for a step.
-const STEP: &str = "/sys/module/rkf_testmod/parameters/step";
-/// Where those programs sleep.
-const WAIT_STEP: &str = "bpf_rkf_testmod_wait_step";
-
-/// Sets `step` to `n`.
-fn step(n: u32) -> Result<()> {
-    std::fs::write(STEP, n.to_string()).with_context(|| format!("write {n} to {STEP}"))
-}
-
-/// Wakes both stepped programs when the test ends, also on failure.
-struct WakeSteps;
-
-impl Drop for WakeSteps {
-    fn drop(&mut self) {
-        let _ = step(u32::MAX);
-    }
 }
 
 /// Whether the BPF text symbol `name` (a generated trampoline's image) is in kallsyms:
@@ -540,20 +531,12 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     check!(pgid > 0, "getpgid(0): {pgid}");
     let (cpu_in, cpu_out) = two_cpus()?;
     step(0)?;
-    let wake = WakeSteps;
+    let wake = Wake;
 
     let caller = Caller::spawn()?;
     pin(caller.tid, cpu_in)?;
     let mut obj = MaybeUninit::uninit();
-    let skel = skeleton::load::<MultiAsleepSkelBuilder>(&mut obj, "multi_asleep.bpf.c", |o| {
-        o.maps
-            .bss_data
-            .as_deref_mut()
-            .context("no .bss")?
-            .target_pid = caller.tid as u32;
-        Ok(())
-    })?;
-    let map = MapHandle::try_from(&skel.maps.bss).context("the .bss map")?;
+    let (skel, map) = load_for(&mut obj, &caller)?;
     let mut late_obj = MaybeUninit::uninit();
     let late_skel =
         skeleton::load::<MultiFillerSkelBuilder>(&mut late_obj, "multi_filler.bpf.c", |o| {
@@ -593,7 +576,7 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
 
     // The first program asleep, in the old image.
     caller.go.send(()).context("starting the caller")?;
-    let stack = caller.wait_asleep(WAIT_STEP, Tramp::Generated)?;
+    let stack = caller.wait_asleep(WAIT, Tramp::Generated)?;
     check!(
         stack.iter().any(|f| f.starts_with(&format!("{old}+"))),
         "the first program sleeps, but not in {old}: {stack:?}"
@@ -633,7 +616,7 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
         let b = read_bss(&map)?;
         Ok(b.step_woke[0] == 1 && b.step_asleep[1] == 1)
     })?;
-    caller.wait_asleep(WAIT_STEP, Tramp::Generated)?;
+    caller.wait_asleep(WAIT, Tramp::Generated)?;
     match mover.join() {
         Ok(r) => r?,
         Err(_) => bail!("the thread moving the call panicked"),
