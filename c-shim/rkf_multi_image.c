@@ -193,7 +193,7 @@ void rkf_multi_image_free(struct rkf_multi_image *im)
  */
 unsigned long rkf_multi_image_inflight(struct rkf_multi_image *im)
 {
-	return (unsigned long)im->inflight;
+	return (__force unsigned long)im->inflight;
 }
 
 /*

@@ -11,9 +11,8 @@
  * vmlinux.  bpf_rkf_testmod_wait_step(n), a sleepable kfunc for tracing programs, sleeps
  * until the module parameter "step" reaches @n: a sleepable program asleep for as long
  * as a test wants, or two programs of one call asleep one after the other, as the test
- * moves the parameter on.  These must be C: fentry
- * and rkf_multi attach through the function's BTF, and Rust code has none; kfuncs are
- * C entry points.
+ * moves the parameter on.  These must be C: fentry and rkf_multi attach through the
+ * function's BTF, and Rust code has none; kfuncs are C entry points.
  */
 
 #include <linux/bits.h>
@@ -209,9 +208,9 @@ __bpf_kfunc int bpf_rkf_testmod_multi_run_wide(void)
  *
  * For sleepable tracing programs: a program asleep for as long as a test wants, which
  * moves the parameter on once it has seen what it looks for, or two programs of one call
- * that wait for steps 1 and 2, asleep one after the other.  The task sleeps without
- * waking until then (its kernel stack can be read all along), for at most
- * RKF_TESTMOD_WAIT_MAX seconds.
+ * that wait for steps 1 and 2, asleep one after the other.  The task sleeps until then
+ * (each write of the parameter wakes it to look, and it sleeps again if its step is not
+ * reached), for at most RKF_TESTMOD_WAIT_MAX seconds.
  *
  * Return: 0 once the parameter reached @step, -ETIMEDOUT after RKF_TESTMOD_WAIT_MAX
  * seconds, or -EINTR if the task has a signal pending.

@@ -287,7 +287,8 @@ fn target() -> Result<Vec<Func>> {
 ///    trampoline's image are freed only after an RCU tasks trace grace period, which the
 ///    sleeping program holds off, so the image is retired once the program's run ends,
 ///    and with this one sleepable program its count keeps it only for the rest of the way
-///    out, which this test cannot catch: [`image_kept_by_its_count()`] does);
+///    out, which this test cannot catch; [`image_kept_by_its_count()`] has the count
+///    keep an image through a second program's sleep);
 ///    once woken, the program ends its run, the fentry after it does not run, the call
 ///    returns what getpgid(2) returns, and the fexit program, still attached, runs once
 ///    and sees that value.
@@ -489,7 +490,7 @@ fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Re
 
 /// A generated trampoline's image kept by its count of calls in flight alone.
 ///
-/// Two fentry.s programs and a plain fentry after them (rkf_multi_filler's, an object
+/// Two fentry.s programs and a plain fentry after them (multi_filler.bpf.c's, an object
 /// of its own without sleepable programs), on one task's `getpgid(2)`, in one generated
 /// trampoline without an exit (the counted shape: the count is raised before the first
 /// program and lowered after the last). The test first waits until the images that the
@@ -507,16 +508,18 @@ fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Re
 /// and sleeps in `bpf_rkf_testmod_wait_step(2)`, in the old image still; its run is a
 /// read section of its own, so the grace period ends now, the old table is freed
 /// (checked: the detached program is freed with its link) and the old image is retired
-/// with the call in flight in it. Only the count keeps it then: it must still be there
-/// (its symbol in kallsyms, the sleeping task's stack in it) 1 s after it was retired
-/// (rkf_multi's drain looks at a retired image at once, and again after 100, 200 and
-/// 400 ms).
+/// with the call in flight in it. Only the count keeps it then: it must stay there (its
+/// symbol in kallsyms, looked up every 100 ms for 5 s, and the sleeping task's stack in
+/// it then), while rkf_multi's drain looks at it at once and after 100, 200, 400, 800
+/// and 1,600 ms (were the count 0, it would free it an RCU tasks grace period after one
+/// of those looks).
 ///
 /// The count is a counter per cpu. The task makes the call, and the increment, on one
-/// cpu, and is moved to another while the first program sleeps (its mask changes at
-/// once; the move itself waits for the program's run to end, which runs with migration
-/// disabled), so that the decrement, after the second program, is on the other cpu's
-/// counter (checked: the task last ran there when the second program sleeps).
+/// cpu; while the first program sleeps, its cpu mask is changed to another cpu (checked:
+/// at once), and the move itself waits for the program's run to end, which runs with
+/// migration disabled (checked: the call that moves it has not returned 200 ms later),
+/// so that the decrement, after the second program, is on the other cpu's counter
+/// (checked: the task last ran there when the second program sleeps).
 ///
 /// Woken, the second program ends, the detached fentry does not run (its slot in the
 /// old image says its link is detached: its program and counters are freed by then,
@@ -608,9 +611,29 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     // asleep, in the old image, which is then retired.
     let tid = caller.tid;
     let mover = std::thread::spawn(move || pin(tid, cpu_out));
-    wait_for(10, "the call's cpu mask never changed", || {
-        Ok(cpus_allowed(tid)? == cpu_out.to_string())
-    })?;
+    let early = |mover: std::thread::JoinHandle<Result<()>>| {
+        let r = mover.join().map_err(|_| anyhow::anyhow!("it panicked"));
+        anyhow::anyhow!(
+            "the move to cpu {cpu_out} returned while the first program's run, which runs \
+             with migration disabled, had not ended: {:?}",
+            r.and_then(|r| r)
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cpus_allowed(tid)? != cpu_out.to_string() {
+        if mover.is_finished() {
+            return Err(early(mover));
+        }
+        check!(
+            Instant::now() < deadline,
+            "the call's cpu mask never changed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    if mover.is_finished() {
+        return Err(early(mover));
+    }
     step(1)?;
     wait_for(120, "the second program never started", || {
         let b = read_bss(&map)?;
@@ -633,11 +656,16 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
          first program's sleep, or something else holds the table)",
         || Ok(!prog_loaded(late_prog)?),
     )?;
-    std::thread::sleep(Duration::from_secs(1));
-    check!(
-        image_present(&old)?,
-        "{old}, retired with a call asleep in it, was freed"
-    );
+    // The drain looks at a retired image at once, and again after 100, 200, 400 ms and
+    // on; one it finds with no call in flight is freed after an RCU tasks grace period.
+    let kept = Instant::now();
+    while kept.elapsed() < Duration::from_secs(5) {
+        check!(
+            image_present(&old)?,
+            "{old}, retired with a call asleep in it, was freed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let stack = kernel_stack(caller.tid)?;
     check!(
         stack.iter().any(|f| f.starts_with(&format!("{old}+"))),
