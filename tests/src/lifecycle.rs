@@ -487,24 +487,36 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
 /// in flight inside them: BPF text that kallsyms names rkf_multi_leaked_<n>, by name and
 /// address (the numbers start again at each load of rkf_multi).
 pub(crate) fn leaked_images() -> Result<Vec<(String, u64)>> {
+    bpf_text_symbols(|name| name.starts_with("rkf_multi_leaked_"))
+}
+
+/// The BPF text symbols in kallsyms (module `bpf`) whose name passes `keep`, by name and
+/// address.
+pub(crate) fn bpf_text_symbols(keep: impl Fn(&str) -> bool) -> Result<Vec<(String, u64)>> {
     Ok(rkf::kallsyms::Kallsyms::load()?
         .symbols()
         .iter()
-        .filter(|s| s.module.as_deref() == Some("bpf") && s.name.starts_with("rkf_multi_leaked_"))
+        .filter(|s| s.module.as_deref() == Some("bpf") && keep(&s.name))
         .map(|s| (s.name.clone(), s.addr))
         .collect())
+}
+
+/// The fields of /proc/self/task/TID/stat from the third, the state, on: they follow the
+/// command's closing parenthesis.
+pub(crate) fn task_stat(tid: i32) -> Result<Vec<String>> {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    let (_, rest) = stat
+        .rsplit_once(") ")
+        .with_context(|| format!("no fields in {path}: {stat}"))?;
+    Ok(rest.split(' ').map(str::to_owned).collect())
 }
 
 /// Whether task `tid` of this process sleeps (state `S`) with the kernel function `func`
 /// on its kernel stack (/proc/self/task/TID/stat and stack).
 pub(crate) fn blocked_in(tid: i32, func: &str) -> Result<bool> {
-    let task = format!("/proc/self/task/{tid}");
-    let stat = std::fs::read_to_string(format!("{task}/stat"))
-        .with_context(|| format!("the state of task {tid}"))?;
-    // The state follows the command's closing parenthesis: S is an interruptible sleep.
-    let sleeping = stat
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('S'));
+    // S is an interruptible sleep.
+    let sleeping = task_stat(tid)?.first().is_some_and(|state| state == "S");
     // Not the wait channel: that is the first frame outside the scheduler, which can be a
     // helper the function sleeps in (GCC's build sleeps in do_wait_intr_irq() for
     // eventfd_read()).

@@ -27,7 +27,9 @@ use std::{
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use super::{blocked_in, kernel_stack, leaked_images, module_state, MULTI};
+use super::{
+    blocked_in, bpf_text_symbols, kernel_stack, leaked_images, module_state, task_stat, MULTI,
+};
 use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
@@ -428,10 +430,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
 /// Whether the BPF text symbol `name` (a generated trampoline's image) is in kallsyms:
 /// an image's symbol goes when it is freed.
 fn image_present(name: &str) -> Result<bool> {
-    Ok(rkf::kallsyms::Kallsyms::load()?
-        .symbols()
-        .iter()
-        .any(|s| s.module.as_deref() == Some("bpf") && s.name == name))
+    Ok(!bpf_text_symbols(|s| s == name)?.is_empty())
 }
 
 /// The first two cpus this process may run on: the call goes in on one and out on the
@@ -469,13 +468,11 @@ fn pin(tid: i32, cpu: usize) -> Result<()> {
 
 /// The cpu task `tid` of this process last ran on (/proc/self/task/TID/stat, field 39).
 fn last_cpu(tid: i32) -> Result<usize> {
-    let path = format!("/proc/self/task/{tid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| path.clone())?;
-    // Fields from the third, the state, on follow the command's closing parenthesis.
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.split(' ').nth(39 - 3))
+    let fields = task_stat(tid)?;
+    fields
+        .get(39 - 3)
         .and_then(|f| f.parse().ok())
-        .with_context(|| format!("no cpu in {path}: {stat}"))
+        .with_context(|| format!("no cpu in the stat of task {tid}: {fields:?}"))
 }
 
 /// Polls `cond` every 50 ms for up to `secs` seconds; fails with `what` if it never held.
