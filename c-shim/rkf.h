@@ -262,8 +262,9 @@ struct rkf_multi_stats {
  * @prog:   the program (the link holds the reference)
  * @cookie: its cookie on this function
  * @stats:  its counters on this function (the link owns them)
- * @link:   its link's id, which is never reused: what a session's exit run finds the
- *          cookie of its entry run by
+ * @link:   its link's id, which no other published link has (an id is taken for good
+ *          once its attach succeeds): what a session's exit run finds the cookie of its
+ *          entry run by
  * @detached: set once its link is detached (or its attach failed): a call that was in
  *          flight inside the function meanwhile runs it no more on the way out (nor, past
  *          a sleepable program, on the way in).  The flag outlives the link for as long

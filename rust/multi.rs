@@ -15,6 +15,7 @@
 //!
 //! The rooms, from the bottom up (each uses only those above it):
 //!
+//! - where its arrays live, in [`area`];
 //! - how an attach fails, in [`error`];
 //! - references on programs, BTF objects and modules, in [`refs`];
 //! - the shared trampoline, in [`shared`], and rkf_multi's ftrace_ops with its batched
@@ -28,6 +29,7 @@
 //! - the links, and attach and detach, in [`registry`];
 //! - `/dev/rkf_multi`, in [`device`].
 
+mod area;
 pub(crate) mod deferred;
 pub(crate) mod device;
 mod error;

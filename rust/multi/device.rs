@@ -18,7 +18,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-use super::{error::AttachError, registry::Services};
+use super::{area::AreaVec, error::AttachError, registry::Services, request};
 use crate::{
     abi::{self, AttachRequest, FuncInfo, LinkInfo},
     rkf_h, RkfMulti,
@@ -126,7 +126,10 @@ impl LinkFile {
         }
         req.bad_index = u32::MAX;
         req.reason = 0;
-        let res = self.multi().registry.lock().attach(&self.services(), &req);
+        // The request's arrays are read before the registry is locked: a caller whose
+        // memory is slow to fault in holds up no other attach, detach or close.
+        let res = request::check(&req)
+            .and_then(|c| self.multi().registry.lock().attach(&self.services(), c));
         let ret = match res {
             Ok(id) => {
                 if self
@@ -147,26 +150,39 @@ impl LinkFile {
                 Err(Error::from_errno(-r.reason.errno()))
             }
         };
-        w.write(&req)?;
+        if let Err(e) = w.write(&req) {
+            // The caller cannot be told that its link is attached: it is not, then.
+            if ret.is_ok() {
+                let id = self.id.swap(0, Ordering::AcqRel);
+                self.detach(id);
+            }
+            return Err(e);
+        }
         ret
     }
 
     fn info(&self, user: UserSlice) -> Result<isize> {
         let (mut r, mut w) = user.reader_writer();
         let mut info: LinkInfo = r.read()?;
-        {
+        // Copied out once the registry is unlocked, as the request was read before.
+        let funcs = {
             let reg = self.multi().registry.lock();
             let link = reg.info(self.id.load(Ordering::Acquire), &mut info)?;
             let n = (info.buf_cnt as usize).min(link.targets.len());
-            if n > 0 {
-                let mut out = UserSlice::new(
-                    UserPtr::from_addr(info.funcs as usize),
-                    n * size_of::<FuncInfo>(),
-                )
-                .writer();
-                for i in 0..n {
-                    out.write(&link.func_info(i))?;
-                }
+            let mut funcs = AreaVec::with_capacity(n, GFP_KERNEL)?;
+            for i in 0..n {
+                funcs.push(link.func_info(i), GFP_KERNEL)?;
+            }
+            funcs
+        };
+        if !funcs.is_empty() {
+            let mut out = UserSlice::new(
+                UserPtr::from_addr(info.funcs as usize),
+                funcs.len() * size_of::<FuncInfo>(),
+            )
+            .writer();
+            for f in funcs.iter() {
+                out.write(f)?;
             }
         }
         w.write(&info)?;

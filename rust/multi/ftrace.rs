@@ -11,7 +11,6 @@
 //! (`rkf_core::multi::next_batch()`).
 
 use kernel::{
-    alloc::KVVec,
     bindings,
     error::to_result,
     prelude::*,
@@ -20,7 +19,7 @@ use kernel::{
     types::Opaque,
 };
 
-use super::shared;
+use super::{area::AreaVec, shared};
 use crate::{
     multi_batch,
     multi_table::{self, Route, Update},
@@ -106,8 +105,9 @@ impl FtraceOps {
     /// hook or unhook run by `rkf_core::multi::first_batch()` from the last update of
     /// the hook or unhook run before (a move run's by `BATCH_FIRST`), with an RCU tasks
     /// quiescent state before each.  All or nothing: when an update (or the
-    /// memory for the next one) fails, the updates before it are undone, and only if
-    /// undoing fails too does a site stay changed ([`Failed::partial`]).  A site that
+    /// memory for the next one) fails, the updates before it are undone (a lack of
+    /// memory for that waited out), and only if undoing fails otherwise does a site stay
+    /// changed ([`Failed::partial`]).  A site that
     /// moves never misses a call: ftrace calls through its list function while
     /// trampolines change.  `update_ftrace_direct_del()` checks each site's current
     /// trampoline, `update_ftrace_direct_mod()` does not (and skips sites that are not
@@ -115,13 +115,17 @@ impl FtraceOps {
     ///
     /// Fails with `EINVAL` when a site to hook has another direct trampoline (or, to
     /// unhook, is not rkf_multi's with that trampoline), or `ENOMEM`.
-    fn apply(&self, op: Update, (sites, tramps): &(KVVec<u64>, KVVec<u64>)) -> Result<(), Failed> {
+    fn apply(
+        &self,
+        op: Update,
+        (sites, tramps): &(AreaVec<u64>, AreaVec<u64>),
+    ) -> Result<(), Failed> {
         if op == Update::Hook && !sites.is_empty() {
             self.anchor();
         }
         // The updates applied, each with the hash that undoes it for a move.  Each but
         // the last has at least `BATCH_MIN` sites.
-        let mut done = KVVec::<(Hash, Option<Hash>)>::with_capacity(
+        let mut done = AreaVec::<(Hash, Option<Hash>)>::with_capacity(
             sites.len().div_ceil(multi_batch::BATCH_MIN),
             GFP_KERNEL,
         )?;
@@ -198,17 +202,39 @@ impl FtraceOps {
     }
 
     /// Undoes the updates `done` of `op`, the last first.  Returns whether every one was
-    /// undone.
+    /// undone.  Each update copies ftrace's hashes, so an undo may fail for want of
+    /// memory as the update it undoes did: that is waited out, every 10 ms (each second
+    /// of it reported), as a detach waits (rust/multi/registry.rs), so that a lack of
+    /// memory never leaves a site changed.  Undoing restores what ftrace had: it fails
+    /// otherwise only if ftrace is broken.
     fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
+        const WAIT_MS: u32 = 10;
+        const REPORT_EVERY: u32 = 1000 / WAIT_MS;
         let mut undone = true;
         for (hash, back) in done.iter().rev() {
-            // SAFETY: process context, under no lock but the registry's mutex.
-            unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
-            let result = match (op, back) {
-                (Update::Hook, _) => self.update(Update::Unhook, hash),
-                (Update::Unhook, _) => self.update(Update::Hook, hash),
-                (Update::Move, Some(back)) => self.update(Update::Move, back),
-                (Update::Move, None) => Err(EINVAL),
+            let mut tries = 0u32;
+            let result = loop {
+                // SAFETY: process context, under no lock but the registry's mutex.
+                unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+                let result = match (op, back) {
+                    (Update::Hook, _) => self.update(Update::Unhook, hash),
+                    (Update::Unhook, _) => self.update(Update::Hook, hash),
+                    (Update::Move, Some(back)) => self.update(Update::Move, back),
+                    (Update::Move, None) => Err(EINVAL),
+                };
+                match result {
+                    Err(e) if e == ENOMEM => {
+                        tries = tries.saturating_add(1);
+                        if tries % REPORT_EVERY == 0 {
+                            pr_warn!(
+                                "undoing a failed ftrace update: no memory for {} s, still trying\n",
+                                tries / REPORT_EVERY
+                            );
+                        }
+                        fsleep(Delta::from_millis(WAIT_MS.into()));
+                    }
+                    r => break r,
+                }
             };
             undone &= result.is_ok();
         }
@@ -332,9 +358,9 @@ impl Drop for Hash {
 /// The ftrace updates of an operation: the sites to hook, move and unhook, each with its
 /// trampoline (0: the shared one), and whether a generated trampoline retires.
 pub(crate) struct Updates {
-    hook: (KVVec<u64>, KVVec<u64>),
-    moves: (KVVec<u64>, KVVec<u64>),
-    unhook: (KVVec<u64>, KVVec<u64>),
+    hook: (AreaVec<u64>, AreaVec<u64>),
+    moves: (AreaVec<u64>, AreaVec<u64>),
+    unhook: (AreaVec<u64>, AreaVec<u64>),
     /// A generated trampoline of the old routes stops being called: it must outlive every
     /// task that may still run it.
     pub(crate) retired: bool,
@@ -347,9 +373,9 @@ impl Updates {
         new: impl Iterator<Item = Route>,
     ) -> Result<Self> {
         let mut u = Updates {
-            hook: (KVVec::new(), KVVec::new()),
-            moves: (KVVec::new(), KVVec::new()),
-            unhook: (KVVec::new(), KVVec::new()),
+            hook: (AreaVec::new(), AreaVec::new()),
+            moves: (AreaVec::new(), AreaVec::new()),
+            unhook: (AreaVec::new(), AreaVec::new()),
             retired: false,
         };
         let mut failed = false;

@@ -6,12 +6,12 @@
 use core::ptr;
 
 use kernel::{
-    alloc::KVVec,
     ffi::c_void,
     prelude::*,
     sync::{atomic::Atomic, Arc},
 };
 
+use super::area::AreaVec;
 use crate::{
     rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
@@ -62,11 +62,11 @@ pub(crate) struct Image {
 /// What an image's code names, in kernel data.
 struct ImageData {
     /// The programs, by address: `struct rkf_multi_prog`.  Never resized.
-    slots: KVVec<rkf_h::rkf_multi_prog>,
+    slots: AreaVec<rkf_h::rkf_multi_prog>,
     /// The detached flags of the links at the time, which the slots name: a call in
     /// flight reads its slot's on the way out (and, past a sleepable program, on the way
     /// in), however long after the link went.
-    _detached: KVVec<Arc<Atomic<bool>>>,
+    _detached: AreaVec<Arc<Atomic<bool>>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
@@ -219,9 +219,9 @@ pub(crate) fn generate(
     funcs: &[FuncCode<'_>],
     detached: &[&Arc<Atomic<bool>>],
     m: &Mitigations,
-) -> Result<(Arc<Image>, KVVec<usize>)> {
+) -> Result<(Arc<Image>, AreaVec<usize>)> {
     // Per function: its offset in the code, the slots of ctx to fill and its length.
-    let mut layout = KVVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    let mut layout = AreaVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots, mut counts_calls) = (0usize, 0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
@@ -240,14 +240,14 @@ pub(crate) fn generate(
         nr_slots += f.progs.len();
     }
     // The slots, in kernel data: `slots` is never resized, so they stay put.
-    let mut slots = KVVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_slots, GFP_KERNEL)?;
+    let mut slots = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_slots, GFP_KERNEL)?;
     for f in funcs {
         for p in f.progs {
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
     let mut flags =
-        KVVec::with_capacity(if counts_calls { detached.len() } else { 0 }, GFP_KERNEL)?;
+        AreaVec::with_capacity(if counts_calls { detached.len() } else { 0 }, GFP_KERNEL)?;
     if counts_calls {
         for &d in detached {
             flags.push(d.clone(), GFP_KERNEL)?;
@@ -287,9 +287,9 @@ pub(crate) fn generate(
     };
     let slots = image.data.as_ref().map_or(&[][..], |d| &d.slots[..]);
     // int3 between the trampolines.
-    let mut buf = KVVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
+    let mut buf = AreaVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
     let mut first_slot = 0usize;
-    let mut slot_addrs = KVVec::<u64>::new();
+    let mut slot_addrs = AreaVec::<u64>::new();
     for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took
@@ -329,7 +329,7 @@ pub(crate) fn generate(
     kernel::error::to_result(unsafe {
         rkf_h::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
     })?;
-    let mut addrs = KVVec::with_capacity(funcs.len(), GFP_KERNEL)?;
+    let mut addrs = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
     for &(at, _, _) in layout.iter() {
         addrs.push(code + at, GFP_KERNEL)?;
     }

@@ -4,7 +4,6 @@
 //! the modules whose functions it traces.
 
 use kernel::{
-    alloc::KVVec,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed, Release},
@@ -14,6 +13,7 @@ use kernel::{
 };
 
 use super::{
+    area::AreaVec,
     refs::{ModuleRef, ProgRef},
     request::Target,
 };
@@ -36,12 +36,12 @@ pub(crate) struct Link {
     /// period too.
     pub(crate) sleepable: bool,
     /// Sorted by site.
-    pub(crate) targets: KVVec<Target>,
+    pub(crate) targets: AreaVec<Target>,
     /// The counters of each target, in the same order, which the trampolines increment:
     /// tables point into them, so the vector is never resized.
-    pub(crate) stats: KVVec<Opaque<rkf_h::rkf_multi_stats>>,
+    pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
-    pub(crate) modules: KVVec<ModuleRef>,
+    pub(crate) modules: AreaVec<ModuleRef>,
     /// Set once the link is detached (or its attach failed): generated trampolines read
     /// it through their slots for calls that were in flight (on the way out, and past a
     /// sleepable program on the way in too), and keep it for as long as such a call may
@@ -79,8 +79,8 @@ impl Link {
     }
 
     /// Zeroed counters for `n` targets.
-    pub(crate) fn new_stats(n: usize) -> Result<KVVec<Opaque<rkf_h::rkf_multi_stats>>> {
-        let mut stats = KVVec::with_capacity(n, GFP_KERNEL)?;
+    pub(crate) fn new_stats(n: usize) -> Result<AreaVec<Opaque<rkf_h::rkf_multi_stats>>> {
+        let mut stats = AreaVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             stats.push(Opaque::zeroed(), GFP_KERNEL)?;
         }

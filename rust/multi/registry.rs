@@ -1,35 +1,36 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Every link, the table built from them, and the operations that change them: attach
-//! (a request checked on its own, then against the other links, then committed) and
-//! detach.  One lock serialises them; the trampolines read only published tables.
+//! (of a request checked on its own, before the lock is taken, then against the other
+//! links, then committed) and detach.  One lock serialises them; the trampolines read
+//! only published tables.
 
 use kernel::{
-    alloc::KVVec,
     prelude::*,
     sync::atomic::Atomic,
     time::{delay::fsleep, Delta},
 };
 
 use super::{
+    area::AreaVec,
     deferred::Deferred,
     error::{AttachError, Refusal},
     ftrace::{self, FtraceOps, Updates},
     image,
     link::Link,
     refs::ModuleRef,
-    request::{self, Checked},
+    request::Checked,
     table::{self, Generation, Table},
 };
 use crate::{
-    abi::{AttachRequest, Kind, LinkInfo},
+    abi::{Kind, LinkInfo},
     multi_rules::{Reason, MAX_LINKS_PER_FUNC, MAX_SESSIONS_PER_FUNC},
 };
 
 /// Every link, and the table built from them.
 pub(crate) struct Registry {
     /// In attach order (ids increase).
-    links: KVVec<Link>,
+    links: AreaVec<Link>,
     next_id: u64,
     /// The published table.
     table: Option<Table>,
@@ -81,7 +82,7 @@ impl Registry {
     /// carry what this cpu wants.
     pub(crate) fn new(generate: bool) -> Self {
         Self {
-            links: KVVec::new(),
+            links: AreaVec::new(),
             next_id: 1,
             table: None,
             gen: Generation {
@@ -92,13 +93,13 @@ impl Registry {
         }
     }
 
-    /// Attaches a new link as `req` asks; returns its id.
+    /// Attaches a new link as `checked` (a request checked on its own) asks; returns its
+    /// id.
     pub(crate) fn attach(
         &mut self,
         s: &Services<'_>,
-        req: &AttachRequest,
+        checked: Checked,
     ) -> Result<u64, AttachError> {
-        let checked = request::check(req)?;
         self.check_against_links(&checked)?;
         self.commit(s, checked)
     }
@@ -133,7 +134,7 @@ impl Registry {
     /// whose trampoline changes, and publishes: a failure leaves nothing behind.
     fn commit(&mut self, s: &Services<'_>, c: Checked) -> Result<u64, AttachError> {
         let n = c.targets.len();
-        let mut targets = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut targets = AreaVec::with_capacity(n, GFP_KERNEL)?;
         for (t, _) in c.targets.iter() {
             targets.push(*t, GFP_KERNEL)?;
         }
@@ -172,14 +173,15 @@ impl Registry {
                 _table: table,
                 _link: self.links.pop(),
             };
+            // The link is not attached: its program runs no more, even where sites stay.
+            garbage.mark_detached();
             if f.partial {
                 pr_err!(
                     "unhooking functions after a failed attach of {}: they stay hooked\n",
                     updates.hooks()
                 );
-                keep_loaded_forever(garbage, KVVec::new());
+                keep_loaded_forever(garbage, AreaVec::new());
             } else {
-                garbage.mark_detached();
                 s.free_later(garbage, true);
             }
             // -EINVAL from update_ftrace_direct_add(): a site gained another direct
@@ -195,6 +197,7 @@ impl Registry {
             };
             // The new sites are unhooked whatever became of the moves.
             let unhooked = updates.undo_hook(s.ops);
+            garbage.mark_detached();
             if f.partial || unhooked.is_err() {
                 pr_err!(
                     "after a failed attach: moving {} functions back failed: {}; unhooking {}: {:?}; they stay on their trampolines\n",
@@ -203,9 +206,8 @@ impl Registry {
                     updates.hooks(),
                     unhooked.err().map(|u| u.err)
                 );
-                keep_loaded_forever(garbage, KVVec::new());
+                keep_loaded_forever(garbage, AreaVec::new());
             } else {
-                garbage.mark_detached();
                 s.free_later(garbage, true);
             }
             return Err(f.err.into());
@@ -225,7 +227,7 @@ impl Registry {
             return;
         };
         // The traced modules stay until their functions are unhooked, below.
-        let modules = core::mem::replace(&mut link.modules, KVVec::new());
+        let modules = core::mem::replace(&mut link.modules, AreaVec::new());
         let (table, updates) = match until_memory(id, || Ok(self.next_table()?)) {
             Ok(tu) => tu,
             // Building fails only for want of memory, which is waited out: defensive.
@@ -344,7 +346,7 @@ fn until_memory<T>(
 /// Keeps rkf_multi, `garbage` and `modules` forever, after an ftrace update that failed
 /// to take sites off trampolines that run their programs and code: the module's text,
 /// the programs and the traced modules must stay for as long as those sites call them.
-fn keep_loaded_forever(garbage: Garbage, modules: KVVec<ModuleRef>) {
+fn keep_loaded_forever(garbage: Garbage, modules: AreaVec<ModuleRef>) {
     // SAFETY: this module is alive (its code is running); the reference is never put.
     unsafe {
         kernel::bindings::__module_get(kernel::module::this_module::<crate::RkfMulti>().as_ptr())

@@ -8,7 +8,6 @@
 use core::{ffi::CStr, ptr};
 
 use kernel::{
-    alloc::KVVec,
     bindings,
     prelude::*,
     transmute::FromBytes,
@@ -16,6 +15,7 @@ use kernel::{
 };
 
 use super::{
+    area::AreaVec,
     error::{AttachError, Refusal},
     ftrace,
     refs::{BtfRef, ModuleRef, Prog, ProgRef},
@@ -45,9 +45,9 @@ pub(crate) struct Checked {
     /// The program.
     pub(crate) prog: Prog,
     /// The functions, sorted by site, each with its index in the request.
-    pub(crate) targets: KVVec<(Target, u32)>,
+    pub(crate) targets: AreaVec<(Target, u32)>,
     /// The modules whose functions it names (other than rkf_multi).
-    pub(crate) modules: KVVec<ModuleRef>,
+    pub(crate) modules: AreaVec<ModuleRef>,
 }
 
 /// Reads and checks `req` on its own: its fields, the program, the module BTF objects and
@@ -58,13 +58,13 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
     }
     rules::check_count(req.cnt).map_err(|e| Error::from_errno(-e))?;
     let n = req.cnt as usize;
-    let ids: KVVec<u32> = read_array(req.btf_ids, n)?;
-    let addrs: KVVec<u64> = read_array(req.addrs, n)?;
-    let cookies: Option<KVVec<u64>> = match req.cookies {
+    let ids: AreaVec<u32> = read_array(req.btf_ids, n)?;
+    let addrs: AreaVec<u64> = read_array(req.addrs, n)?;
+    let cookies: Option<AreaVec<u64>> = match req.cookies {
         0 => None,
         a => Some(read_array(a, n)?),
     };
-    let fds: Option<KVVec<i32>> = match req.btf_fds {
+    let fds: Option<AreaVec<i32>> = match req.btf_fds {
         0 => None,
         a => Some(read_array(a, n)?),
     };
@@ -72,7 +72,7 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
     let modules = ModuleBtfs::get(fds.as_deref().unwrap_or(&[]))?;
     let prog_btf = prog.prog.btf();
 
-    let mut targets = KVVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
+    let mut targets = AreaVec::<(Target, u32)>::with_capacity(n, GFP_KERNEL)?;
     for i in 0..n {
         let fd = fds.as_ref().map_or(0, |f| f[i]);
         let target = modules.target_btf(fd, prog_btf).ok_or(EINVAL)?;
@@ -95,11 +95,11 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
 
 /// Reads `n` values of `T` (a plain integer) from user address `addr`.  Large requests
 /// (up to `MAX_FUNCS` entries) go to vmalloc, so that they never need a high-order page.
-fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVVec<T>> {
+fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<AreaVec<T>> {
     let bytes = n.checked_mul(size_of::<T>()).ok_or(E2BIG)?;
-    let mut raw = KVVec::<u8>::with_capacity(bytes, GFP_KERNEL)?;
+    let mut raw = AreaVec::<u8>::with_capacity(bytes, GFP_KERNEL)?;
     UserSlice::new(UserPtr::from_addr(addr as usize), bytes).read_all(&mut raw, GFP_KERNEL)?;
-    let mut out = KVVec::with_capacity(n, GFP_KERNEL)?;
+    let mut out = AreaVec::with_capacity(n, GFP_KERNEL)?;
     for chunk in raw.chunks_exact(size_of::<T>()) {
         // SAFETY: `chunk` holds `size_of::<T>()` bytes and `T` is valid for any bits.
         let v = unsafe { ptr::read_unaligned(chunk.as_ptr().cast::<T>()) };
@@ -111,7 +111,7 @@ fn read_array<T: FromBytes + Copy + Default>(addr: u64, n: usize) -> Result<KVVe
 /// The module BTF objects of a request: one per distinct fd, sorted by fd.
 struct ModuleBtfs {
     /// The fd, its BTF object, and the module.
-    by_fd: KVVec<(i32, BtfRef, ModuleRef)>,
+    by_fd: AreaVec<(i32, BtfRef, ModuleRef)>,
 }
 
 /// The BTF object a function's id is in, and its module (NULL: vmlinux or rkf_multi).
@@ -126,13 +126,13 @@ impl ModuleBtfs {
     /// are checked before the functions: a bad one is refused naming the first function
     /// (in request order) given it; with several bad fds, the one of the earliest function.
     fn get(fds: &[i32]) -> Result<Self, AttachError> {
-        let mut sorted = KVVec::<i32>::with_capacity(fds.len(), GFP_KERNEL)?;
+        let mut sorted = AreaVec::<i32>::with_capacity(fds.len(), GFP_KERNEL)?;
         for &fd in fds.iter().filter(|&&fd| fd != 0) {
             sorted.push(fd, GFP_KERNEL)?;
         }
         multi_table::sort_by_key(&mut sorted, |&fd| fd);
-        let mut by_fd = KVVec::new();
-        let mut bad = KVVec::<(i32, Reason)>::new();
+        let mut by_fd = AreaVec::new();
+        let mut bad = AreaVec::<(i32, Reason)>::new();
         for (k, &fd) in sorted.iter().enumerate() {
             if k > 0 && sorted[k - 1] == fd {
                 continue;
@@ -178,8 +178,8 @@ impl ModuleBtfs {
     }
 
     /// The modules, for the link to hold; the BTF objects are dropped.
-    fn into_modules(self) -> Result<KVVec<ModuleRef>> {
-        let mut out = KVVec::with_capacity(self.by_fd.len(), GFP_KERNEL)?;
+    fn into_modules(self) -> Result<AreaVec<ModuleRef>> {
+        let mut out = AreaVec::with_capacity(self.by_fd.len(), GFP_KERNEL)?;
         for (_, _, m) in self.by_fd {
             out.push(m, GFP_KERNEL)?;
         }

@@ -8,12 +8,12 @@
 use core::ptr;
 
 use kernel::{
-    alloc::KVVec,
     prelude::*,
     sync::{atomic::Relaxed, Arc},
 };
 
 use super::{
+    area::AreaVec,
     image::{self, FuncCode, Image, Trampoline},
     link::Link,
 };
@@ -42,11 +42,11 @@ pub(crate) struct Generation {
 /// A table and its storage.
 pub(crate) struct Table {
     raw: KBox<rkf_h::rkf_multi_table>,
-    _index: KVVec<u32>,
-    funcs: KVVec<rkf_h::rkf_multi_func>,
-    progs: KVVec<rkf_h::rkf_multi_prog>,
+    _index: AreaVec<u32>,
+    funcs: AreaVec<rkf_h::rkf_multi_func>,
+    progs: AreaVec<rkf_h::rkf_multi_prog>,
     /// The trampoline of each function of `funcs`.
-    tramps: KVVec<Trampoline>,
+    tramps: AreaVec<Trampoline>,
     /// Whether a function has a sleepable program.
     sleepable: bool,
 }
@@ -78,8 +78,8 @@ impl Table {
             return Ok(None);
         }
         // Slot::idx indexes `refs`: (link, target).
-        let mut refs = KVVec::<(u32, u32)>::with_capacity(total, GFP_KERNEL)?;
-        let mut slots = KVVec::<Slot>::with_capacity(total, GFP_KERNEL)?;
+        let mut refs = AreaVec::<(u32, u32)>::with_capacity(total, GFP_KERNEL)?;
+        let mut slots = AreaVec::<Slot>::with_capacity(total, GFP_KERNEL)?;
         for (li, l) in links.iter().enumerate() {
             for (ti, t) in l.targets.iter().enumerate() {
                 slots.push(
@@ -95,7 +95,7 @@ impl Table {
             }
         }
         rules::order_slots(&mut slots);
-        let mut progs = KVVec::<rkf_h::rkf_multi_prog>::with_capacity(total, GFP_KERNEL)?;
+        let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(total, GFP_KERNEL)?;
         for s in slots.iter() {
             let (li, ti) = refs[s.idx as usize];
             let l = &links[li as usize];
@@ -111,7 +111,7 @@ impl Table {
             )?;
         }
         let nr_funcs = rules::groups(&slots).count();
-        let mut funcs = KVVec::<rkf_h::rkf_multi_func>::with_capacity(nr_funcs, GFP_KERNEL)?;
+        let mut funcs = AreaVec::<rkf_h::rkf_multi_func>::with_capacity(nr_funcs, GFP_KERNEL)?;
         for Group {
             site,
             start,
@@ -153,7 +153,7 @@ impl Table {
             )?;
         }
         let bits = rules::index_bits(nr_funcs);
-        let mut index = KVVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
+        let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
         rules::build_index(funcs.iter().map(|f| f.ret_ip as u64), &mut index, bits);
         let tramps = trampolines(gen, old, links, &funcs, &progs)?;
         let raw = KBox::new(
@@ -244,13 +244,13 @@ fn trampolines(
     links: &[Link],
     funcs: &[rkf_h::rkf_multi_func],
     progs: &[rkf_h::rkf_multi_prog],
-) -> Result<KVVec<Trampoline>> {
-    let mut tramps = KVVec::with_capacity(funcs.len(), GFP_KERNEL)?;
+) -> Result<AreaVec<Trampoline>> {
+    let mut tramps = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
     // What each function could keep, and how many functions would keep each image: an
     // image most of whose functions moved on is not kept alive by the few that stay
     // (they get new trampolines), so images hold at most twice the live code.
-    let mut kept = KVVec::<(*const Image, u32)>::new();
-    let mut cands = KVVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    let mut kept = AreaVec::<(*const Image, u32)>::new();
+    let mut cands = AreaVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
     // Every function gets its own trampoline, unless the module was told otherwise.
     let own = gen.enabled;
     for f in funcs {
@@ -268,7 +268,7 @@ fn trampolines(
         }
         cands.push(cand, GFP_KERNEL)?;
     }
-    let mut fresh = KVVec::<u32>::new();
+    let mut fresh = AreaVec::<u32>::new();
     for (i, cand) in cands.into_iter().enumerate() {
         let t = match cand {
             Some(Trampoline::Generated { image, addr })
@@ -289,7 +289,7 @@ fn trampolines(
     }
     if !fresh.is_empty() {
         gen.images += 1;
-        let mut code = KVVec::with_capacity(fresh.len(), GFP_KERNEL)?;
+        let mut code = AreaVec::with_capacity(fresh.len(), GFP_KERNEL)?;
         for &i in fresh.iter() {
             let f = &funcs[i as usize];
             code.push(
@@ -306,7 +306,7 @@ fn trampolines(
                 GFP_KERNEL,
             )?;
         }
-        let mut detached = KVVec::with_capacity(links.len(), GFP_KERNEL)?;
+        let mut detached = AreaVec::with_capacity(links.len(), GFP_KERNEL)?;
         for l in links {
             detached.push(&l.detached, GFP_KERNEL)?;
         }
