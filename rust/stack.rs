@@ -262,8 +262,13 @@ impl AddressSpace for PinningMm {
 /// `size` bytes of writable memory.  The shim then walks the stack in the kfunc's own
 /// frame (so that this function is not on the stack the unwinder walks) and hands the
 /// result to [`rkf_stack_finish()`].
+///
+/// # Safety
+///
+/// `buf` is valid for writes of `size` bytes, and `walk` for a write of a
+/// `struct rkf_stack_walk`; nothing else accesses either during the call.
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_prepare(
+pub(crate) unsafe extern "C" fn rkf_stack_prepare(
     buf: *mut c_void,
     size: u32,
     flags: u64,
@@ -272,7 +277,7 @@ pub(crate) extern "C" fn rkf_stack_prepare(
 ) -> c_long {
     match stack_core::plan(flags, size, sysctl_max_stack()) {
         Ok(req) => {
-            // SAFETY: `walk` is the shim's local, valid for writes.
+            // SAFETY: `walk` is valid for writes (the caller's guarantee: the shim's local).
             unsafe {
                 walk.write(rkf_h::rkf_stack_walk {
                     user: req.user,
@@ -286,8 +291,8 @@ pub(crate) extern "C" fn rkf_stack_prepare(
             0
         }
         Err(errno) => {
-            // SAFETY: the verifier checked that `buf` is `size` bytes the program may
-            // write, and nothing else touches it during the call.
+            // SAFETY: `buf` is valid for writes of `size` bytes (the caller's guarantee:
+            // the verifier checked that the program may write them).
             unsafe { ptr::write_bytes(buf.cast::<u8>(), 0, size as usize) };
             -(errno as c_long)
         }
@@ -299,20 +304,26 @@ pub(crate) extern "C" fn rkf_stack_prepare(
 ///
 /// `buf` and `size` are those of [`rkf_stack_prepare()`], `walk` what it filled; the shim
 /// stored no more entries than the walk allows (`max_depth - skip`, which fit in `size`).
+///
+/// # Safety
+///
+/// `buf` is valid for reads and writes of `size` bytes, and `walk` points to a
+/// `struct rkf_stack_walk` that [`rkf_stack_prepare()`] filled for `size`; nothing else
+/// accesses either during the call.
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_finish(
+pub(crate) unsafe extern "C" fn rkf_stack_finish(
     buf: *mut c_void,
     size: u32,
     walk: *const rkf_h::rkf_stack_walk,
     nr: c_long,
 ) -> c_long {
-    // SAFETY: as in `rkf_stack_prepare()`.
+    // SAFETY: `buf` is `size` bytes, valid and ours for the call (the caller's guarantee).
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     if nr < 0 {
         bytes.fill(0);
         return nr;
     }
-    // SAFETY: `walk` is the shim's local, filled by `rkf_stack_prepare()`.
+    // SAFETY: `walk` points to a filled walk (the caller's guarantee).
     let walk = unsafe { &*walk };
     let n = nr as u32;
     if walk.build_id {
@@ -326,13 +337,17 @@ pub(crate) extern "C" fn rkf_stack_finish(
 ///
 /// `is_current` tells whether the task is the current one, `user_regs` whether it has user
 /// regs (see `bpf_rkf_get_task_stack()` in the shim).
+///
+/// # Safety
+///
+/// `walk` points to a `struct rkf_stack_walk` that [`rkf_stack_prepare()`] filled.
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_check_task(
+pub(crate) unsafe extern "C" fn rkf_stack_check_task(
     walk: *const rkf_h::rkf_stack_walk,
     is_current: bool,
     user_regs: bool,
 ) -> c_long {
-    // SAFETY: `walk` is the shim's local, filled by `rkf_stack_prepare()`.
+    // SAFETY: `walk` points to a filled walk (the caller's guarantee).
     let user = unsafe { (*walk).user };
     match stack_core::check_task(user, is_current, user_regs) {
         Ok(()) => 0,
@@ -344,18 +359,23 @@ pub(crate) extern "C" fn rkf_stack_check_task(
 /// callchain `ips[..nr]` (`ips` is NULL when the sample has none).
 ///
 /// Called by `bpf_rkf_get_stack_pe()`; `buf` is `size` bytes the verifier checked.
+///
+/// # Safety
+///
+/// `buf` is valid for reads and writes of `size` bytes, which nothing else accesses
+/// during the call, and `ips` is NULL or valid for reads of `nr` entries for the call.
 #[no_mangle]
-pub(crate) extern "C" fn rkf_stack_get_sampled(
+pub(crate) unsafe extern "C" fn rkf_stack_get_sampled(
     ips: *const u64,
     nr: u64,
     buf: *mut c_void,
     size: u32,
     flags: u64,
 ) -> c_long {
-    // SAFETY: as in `rkf_stack_prepare()`.
+    // SAFETY: `buf` is `size` bytes, valid and ours for the call (the caller's guarantee).
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
-    // SAFETY: the sample's callchain holds `nr` entries and lives as long as the sample,
-    // which outlives the program run that calls this.
+    // SAFETY: `ips` holds `nr` entries for the call (the caller's guarantee: the sample's
+    // callchain, which outlives the program run that calls this).
     let ips = (!ips.is_null()).then(|| unsafe { core::slice::from_raw_parts(ips, nr as usize) });
     let s = match stack_core::plan_sampled(ips, flags, size, sysctl_max_stack()) {
         Ok(s) => s,
