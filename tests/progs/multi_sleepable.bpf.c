@@ -35,6 +35,8 @@ struct srec sleepable_fentry_recs[MAX_FUNCS];
 struct srec sleepable_fexit_recs[MAX_FUNCS];
 struct srec plain_fentry_recs[MAX_FUNCS];
 __u64 storm_counts[3][MAX_FUNCS];
+/* Every run of storm_fentry, storm_fexit and storm_plain, whatever the task. */
+__u64 storm_runs[3][MAX_FUNCS];
 __u64 unknown_ip;
 
 static __always_inline int slot_of(void *ctx)
@@ -226,10 +228,11 @@ static __always_inline void storm_count(void *ctx, int which)
 {
 	int i;
 
-	if (bpf_get_current_pid_tgid() >> 32 != target_tgid)
-		return;
 	i = slot_of(ctx);
-	if (i >= 0)
+	if (i < 0)
+		return;
+	__sync_fetch_and_add(&storm_runs[which][i], 1);
+	if (bpf_get_current_pid_tgid() >> 32 == target_tgid)
 		__sync_fetch_and_add(&storm_counts[which][i], 1);
 }
 

@@ -36,6 +36,8 @@ __u32 tp_skip;
 
 /* Outputs. */
 struct stack_sample samples[NR_KINDS];
+/* Set once a program has written its sample, both calls' results in it. */
+__u32 done[NR_KINDS];
 
 /*
  * The kfunc's flags in the tracepoint program: for a kernel stack, tp_skip more frames
@@ -84,6 +86,8 @@ static __always_inline int take(enum kind k, void *ctx)
 	} else {
 		s->h_ret = bpf_get_stack(ctx, s->h, sz, flags);
 	}
+	/* A locked add: after the sample's stores for the reader (armed: once). */
+	__sync_fetch_and_add(&done[k], 1);
 	return 0;
 }
 

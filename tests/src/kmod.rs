@@ -76,12 +76,50 @@ pub fn unload(name: &str) -> Result<()> {
     }
 }
 
-/// The kernel log, as `dmesg` prints it.
-pub fn dmesg() -> Result<String> {
-    let out = std::process::Command::new("dmesg")
-        .output()
-        .context("running dmesg")?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+/// The kernel log from a point on: the records `/dev/kmsg` receives after
+/// [`LogCursor::now()`], read by sequence number, so that a ring buffer that wrapped in
+/// between fails the read instead of showing older lines as new.
+pub struct LogCursor(File);
+
+impl LogCursor {
+    /// A cursor at the end of the log.
+    pub fn now() -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")
+            .context("opening /dev/kmsg")?;
+        // SEEK_END on /dev/kmsg: the next read returns the next record logged.
+        std::io::Seek::seek(&mut f, io::SeekFrom::End(0)).context("seeking /dev/kmsg")?;
+        Ok(Self(f))
+    }
+
+    /// The messages logged since the cursor was made (or last read), one per line.
+    pub fn since(&mut self) -> Result<String> {
+        use std::io::Read;
+        let mut out = String::new();
+        // A record is at most a page (printk's CONSOLE_LOG_MAX and more).
+        let mut buf = vec![0u8; 8192];
+        loop {
+            match self.0.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    // "level,seq,usec,flags;message\n", then " KEY=value" lines.
+                    let rec = String::from_utf8_lossy(&buf[..n]);
+                    let msg = rec.split_once(';').map_or("", |(_, m)| m);
+                    out.push_str(msg.lines().next().unwrap_or(""));
+                    out.push('\n');
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                    anyhow::bail!("kernel log records were overwritten before they were read")
+                }
+                Err(e) => return Err(e).context("reading /dev/kmsg"),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The directory of the modules built for the running kernel (`RKF_MODDIR`).

@@ -17,7 +17,7 @@ mod asleep;
 use crate::{
     check, check_eq, diag,
     harness::Test,
-    kmod::{dmesg, insmod, moddir, rmmod, rmmod_wait},
+    kmod::{insmod, moddir, rmmod, rmmod_wait, LogCursor},
     skel::percpu::PercpuSkelBuilder,
 };
 
@@ -144,12 +144,6 @@ fn ko() -> Result<PathBuf> {
     Ok(moddir()?.join(format!("{MODULE}.ko")))
 }
 
-/// New kernel log lines since `before` (a whole earlier dmesg).
-fn new_log(before: &str) -> Result<String> {
-    let now = dmesg()?;
-    Ok(now.strip_prefix(before).unwrap_or(&now).to_owned())
-}
-
 fn pinned_by_program() -> Result<()> {
     rkf::modules::require(MODULE)?;
     {
@@ -176,9 +170,9 @@ fn pinned_by_program() -> Result<()> {
 /// log line containing one of `reasons`.
 fn expect_refused(candidate: &Path, what: &str, reasons: &[&str]) -> Result<()> {
     rmmod_wait(MODULE, Duration::from_secs(10))?;
-    let before = dmesg()?;
+    let mut log = LogCursor::now()?;
     let res = insmod(candidate);
-    let log = new_log(&before)?;
+    let log = log.since()?;
     insmod(&ko()?).context("insmod the real module again")?;
     let err = res.err().with_context(|| format!("{what} loaded"))?;
     diag!("insmod {}: {err}", candidate.display());
@@ -275,11 +269,9 @@ fn multi_traced_module_pinned() -> Result<()> {
     }
     rmmod_wait(TESTMOD, Duration::from_secs(20))?;
     insmod(&ko).context("insmod rkf_testmod again")?;
-    // The reloaded module's functions (new addresses, new BTF object) attach.
-    let funcs = rkf::multi::resolve(&[TARGETS])?.funcs;
-    rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
-        .map_err(|e| anyhow::anyhow!("attach after reload: {e}"))?;
-    Ok(())
+    // The reloaded module's functions (new addresses, new BTF object) attach, and run
+    // the program once for each call.
+    crate::multi::testmod_smoke().context("rkf_testmod's functions after its reload")
 }
 
 /// rmmod right after heavy fexit traffic, with a task blocked inside a traced function,
@@ -308,7 +300,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     let generated = via != InFlight::Shared;
-    let log_before = dmesg()?;
+    let mut log_since = LogCursor::now()?;
     let event = Arc::new(EventFd::new().context("eventfd")?);
     /// Releases the reader when the test ends, also on failure: a task left blocked in a
     /// traced function would hold up rmmod, and the runner's exit, for good.
@@ -423,7 +415,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             !leaked.is_empty(),
             "no image left behind in kallsyms with a call in flight"
         );
-        let log = new_log(&log_before)?;
+        let log = log_since.since()?;
         check!(
             leaked.iter().any(|l| log.contains(&format!(
                 "{}: 1 calls never came back; left behind, dead",

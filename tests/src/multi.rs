@@ -756,12 +756,7 @@ fn refusals() -> Result<()> {
                 check_eq!(e.refused, refused, "{what}: the function refused and why");
             }
         }
-        // Nothing half-attached: no function runs the program.
-        let bss = run_once(&mut skel)?;
-        check!(
-            bss.counts[0].iter().all(|&c| c == 0),
-            "{what}: a function runs the program after a failed attach"
-        );
+        nothing_attached(&mut skel, &funcs, what)?;
     }
     // Upstream's fail case: a count of INT_MAX is E2BIG before anything is read (the
     // arrays hold five entries).
@@ -783,6 +778,28 @@ fn refusals() -> Result<()> {
         let errno = multi::attach_request(&file, &mut req)
             .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
         check_eq!(errno, libc::E2BIG, "a count of INT_MAX");
+        // A good request the kernel cannot write back (bad_index, reason) to: EFAULT, and
+        // no link, although every function was fine.
+        req.cnt = good.len() as u32;
+        let page = ReadOnly::new(&req)?;
+        // SAFETY: the request is a whole one, in a page the kernel may read.
+        let r = unsafe { libc::ioctl(file.as_raw_fd(), abi::IOC_ATTACH as _, page.ptr()) };
+        let errno = if r < 0 {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        } else {
+            0
+        };
+        check_eq!(errno, libc::EFAULT, "a good request in read-only memory");
+        nothing_attached(&mut skel, &funcs, "a good request in read-only memory")?;
+        // A good one: from writable memory, through the same file, it attaches.
+        let mut again = req;
+        multi::attach_request(&file, &mut again)
+            .context("the same request from writable memory")?;
+        check_eq!(
+            multi::links()?.len(),
+            1,
+            "links after the same request from writable memory"
+        );
     }
     // Programs that are not rkf_multi programs.
     for (what, fd) in [
@@ -810,6 +827,75 @@ fn refusals() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Checks that a refused attach (`what`) left nothing behind: no link, none of `funcs`
+/// hooked (in ftrace's `enabled_functions`, direct call or not), and none runs the
+/// program.
+fn nothing_attached(skel: &mut MultiSkel<'_>, funcs: &[Func], what: &str) -> Result<()> {
+    let links = multi::links()?;
+    check!(links.is_empty(), "{what}: links left: {links:?}");
+    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    for f in funcs {
+        check!(
+            !enabled.lines().any(|l| l
+                .strip_prefix(f.name.as_str())
+                .is_some_and(|rest| rest.starts_with([' ', '\t']))),
+            "{what}: {} is hooked",
+            f.name
+        );
+    }
+    let bss = run_once(skel)?;
+    check!(
+        bss.counts[0].iter().all(|&c| c == 0),
+        "{what}: a function runs the program after a failed attach"
+    );
+    Ok(())
+}
+
+/// One page holding a copy of a value, mapped read-only.
+struct ReadOnly(*mut libc::c_void);
+
+impl ReadOnly {
+    fn new<T: Copy>(value: &T) -> Result<Self> {
+        let size = std::mem::size_of::<T>();
+        anyhow::ensure!(size <= 4096, "larger than a page");
+        // SAFETY: a new anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        anyhow::ensure!(
+            p != libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let page = Self(p);
+        // SAFETY: the page is ours, writable, and holds a `T`: 4096 bytes, page-aligned.
+        unsafe { p.cast::<T>().write(*value) };
+        // SAFETY: the page is ours.
+        if unsafe { libc::mprotect(p, 4096, libc::PROT_READ) } != 0 {
+            bail!("mprotect: {}", std::io::Error::last_os_error());
+        }
+        Ok(page)
+    }
+
+    fn ptr(&self) -> *mut libc::c_void {
+        self.0
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours, and nothing points into it any more.
+        unsafe { libc::munmap(self.0, 4096) };
+    }
 }
 
 /// An in-kernel fentry trampoline on a function makes rkf_multi refuse it (EBUSY, named,
@@ -870,9 +956,24 @@ fn coexistence() -> Result<()> {
         );
     }
     let _l = attach(&skel.progs.count_fentry0, &funcs[..3], None)?;
-    match skel.progs.plain_fentry.attach() {
-        Ok(_) => bail!("an in-kernel fentry attached to a function rkf_multi holds"),
-        Err(e) => diag!("BPF over rkf_multi: {e}"),
+    {
+        use std::os::fd::AsRawFd;
+        // The kernel's attach of an fentry program, for its errno: its trampoline goes
+        // through update_ftrace_direct_add() (kernel/bpf/trampoline.c), which refuses a
+        // site that has a direct trampoline already with EINVAL (kernel/trace/ftrace.c).
+        let fd = skel.progs.plain_fentry.as_fd().as_raw_fd();
+        // SAFETY: a program fd; no name for an fentry program; a returned fd is ours.
+        let r = unsafe { libbpf_rs::libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), fd) };
+        if r >= 0 {
+            // SAFETY: the link's fd, ours.
+            unsafe { libc::close(r) };
+            bail!("an in-kernel fentry attached to a function rkf_multi holds");
+        }
+        check_eq!(
+            -r,
+            libc::EINVAL,
+            "the in-kernel fentry's attach over rkf_multi: errno"
+        );
     }
     let bss = run_once(&mut skel)?;
     check_eq!(
@@ -1220,6 +1321,28 @@ fn run_testmod_targets(tm: &crate::skel::multi_testmod::MultiTestmodSkel<'_>) ->
         0,
         "functions that returned a wrong value (bit mask: test1, 2, 3, 6 in bits 0-3, test7, \
          11, 12 in bits 4-6)"
+    );
+    Ok(())
+}
+
+/// One link on rkf_testmod's targets, each called once: each runs the program once (for
+/// the tests that reload rkf_testmod).
+pub(crate) fn testmod_smoke() -> Result<()> {
+    let funcs = testmod_targets()?;
+    check!(!funcs.is_empty(), "no rkf_testmod target resolved");
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = load(&mut obj, &funcs)?;
+    let mut tobj = MaybeUninit::uninit();
+    let tm = load_testmod(&mut tobj)?;
+    let _link = attach(&skel.progs.count_fentry0, &funcs, None)?;
+    reset(&mut skel)?;
+    run_testmod_targets(&tm)?;
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(
+        bss.counts[0][..funcs.len()],
+        vec![1; funcs.len()][..],
+        "runs on rkf_testmod's targets {:?}",
+        funcs.iter().map(|f| f.name.as_str()).collect::<Vec<_>>()
     );
     Ok(())
 }
@@ -1650,6 +1773,62 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
     Ok(())
 }
 
+/// Checks what one request of [`ioctl_fuzz`], command `cmd`, gave: `code` (0 or an
+/// errno) and the request as the kernel left it.  An attach gives 0 or an errno of the
+/// README's table for `/dev/rkf_multi` attach; one with junk in `flags` or `pad` is
+/// refused with `EINVAL` whatever else it holds; the kernel overwrites `bad_index` and
+/// `reason` of every attach it reads, with `u32::MAX` and 0, or with the refused
+/// function's index in the request (below `cnt`) and its reason.  Any other command or
+/// size is `ENOTTY`.
+fn check_fuzz_outcome(
+    cmd: u32,
+    code: i32,
+    junk_fields: bool,
+    cnt: u32,
+    req: &AttachRequest,
+) -> Result<()> {
+    if cmd == abi::IOC_INFO {
+        // A random command that happens to be INFO's: any outcome of a read of a link.
+        return Ok(());
+    }
+    if cmd != abi::IOC_ATTACH {
+        check_eq!(code, libc::ENOTTY, "ioctl command {cmd:#x}: errno");
+        return Ok(());
+    }
+    const TABLE: [i32; 7] = [
+        0,
+        libc::EINVAL,
+        libc::ENOENT,
+        libc::EBUSY,
+        libc::E2BIG,
+        libc::EBADF,
+        libc::EFAULT,
+    ];
+    check!(
+        TABLE.contains(&code),
+        "attach of {cnt} functions: errno {code}, not one of the table's {TABLE:?}"
+    );
+    if junk_fields {
+        check_eq!(
+            code,
+            libc::EINVAL,
+            "attach with junk in flags or pad: errno"
+        );
+    }
+    let refused = req.bad_index != u32::MAX;
+    check!(
+        if refused {
+            code != 0 && req.bad_index < cnt && req.reason != 0
+        } else {
+            req.reason == 0
+        },
+        "attach of {cnt} functions gave errno {code}, bad_index {} and reason {}",
+        req.bad_index,
+        req.reason
+    );
+    Ok(())
+}
+
 /// 100,000 random and mutated requests on both vCPUs (30,000 on a kernel with kmemleak,
 /// where 100,000 took 1,156 s of the test kernel's run under TCG and 40,000 took 380 to
 /// 412 s; see [`kmemleak_kernel`]): bad fds, wrong program types
@@ -1782,25 +1961,25 @@ fn ioctl_fuzz() -> Result<()> {
                                 reason: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                                 pad: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                             };
+                            let (junk_fields, cnt) = (req.flags != 0 || req.pad != 0, req.cnt);
                             // Mostly the request as RKF_MULTI_IOC_ATTACH; sometimes a random
                             // command, or ATTACH's number with a wrong size.
-                            let res = match rng.u64(..20) {
-                                0 => junk_ioctl(&file, rng.u32(..), &mut req),
-                                1 => junk_ioctl(
-                                    &file,
-                                    nix::request_code_readwrite!(
-                                        abi::IOC_TYPE,
-                                        abi::IOC_NR_ATTACH,
-                                        rng.usize(..64)
-                                    ) as u32,
-                                    &mut req,
-                                ),
-                                _ => multi::attach_request(&file, &mut req),
+                            let cmd = match rng.u64(..20) {
+                                0 => rng.u32(..),
+                                1 => nix::request_code_readwrite!(
+                                    abi::IOC_TYPE,
+                                    abi::IOC_NR_ATTACH,
+                                    rng.usize(..64)
+                                ) as u32,
+                                _ => abi::IOC_ATTACH,
                             };
+                            let res = junk_ioctl(&file, cmd, &mut req);
                             let code = res.map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+                            check_fuzz_outcome(cmd, code, junk_fields, cnt, &req)?;
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
                             if rng.u64(..4) == 0 {
+                                let valid = info_buf.as_mut_ptr() as u64;
                                 let mut info = abi::LinkInfo {
                                     id: if rng.u64(..2) == 0 {
                                         0
@@ -1809,14 +1988,31 @@ fn ioctl_fuzz() -> Result<()> {
                                     },
                                     // Room for 64 entries at most, or a bad pointer.
                                     buf_cnt: rng.u32(..64),
-                                    funcs: ptr(info_buf.as_mut_ptr() as u64, &mut rng),
+                                    funcs: ptr(valid, &mut rng),
                                     ..Default::default()
                                 };
+                                let (buf_cnt, bad) = (info.buf_cnt, info.funcs != valid);
                                 // SAFETY: `funcs` is `info_buf`, with room for the
                                 // `buf_cnt` entries the kernel may write, or an address no
                                 // mapping can hold (0, 0x1000, the top of the address
                                 // space), which the kernel refuses with EFAULT.
-                                let _ = unsafe { multi::ioctl::info(file.as_raw_fd(), &mut info) };
+                                let r = unsafe { multi::ioctl::info(file.as_raw_fd(), &mut info) };
+                                // Every link has a function: the kernel writes at least
+                                // one entry when there is room for one.
+                                let want: &[nix::errno::Errno] = match (buf_cnt > 0, bad) {
+                                    (true, true) => {
+                                        &[nix::errno::Errno::ENOENT, nix::errno::Errno::EFAULT]
+                                    }
+                                    _ => &[nix::errno::Errno::ENOENT],
+                                };
+                                check!(
+                                    r.as_ref().map_or_else(
+                                        |e| want.contains(e),
+                                        |_| !(buf_cnt > 0 && bad)
+                                    ),
+                                    "RKF_MULTI_IOC_INFO with room for {buf_cnt} at {:#x}: {r:?}",
+                                    info.funcs
+                                );
                             }
                             // Keep some links open for a while; close others' links too.
                             let mut p = pool.lock().unwrap();

@@ -9,6 +9,10 @@ use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{Link, ProgramInput, ProgramType};
+use nix::{
+    sched::{sched_setaffinity, CpuSet},
+    unistd::Pid,
+};
 
 use crate::{
     check, check_eq, diag,
@@ -194,11 +198,30 @@ fn every_possible_cpu() -> Result<()> {
     Ok(())
 }
 
+/// The this-cpu pointers of a run on each online cpu: the run's thread is pinned to it.
 fn this_cpu() -> Result<()> {
-    let a = shared_run()?;
+    for cpu in cpus::online()? {
+        let a = std::thread::spawn(move || -> Result<All> {
+            let mut one = CpuSet::new();
+            one.set(cpu as usize).context("CpuSet::set")?;
+            sched_setaffinity(Pid::from_raw(0), &one).context("sched_setaffinity")?;
+            run_all()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the run on cpu {cpu} panicked"))??;
+        check_eq!(
+            a.bss.this_cpu,
+            cpu,
+            "bpf_get_smp_processor_id() in a run pinned to cpu {cpu}"
+        );
+        this_cpu_of(&a)?;
+    }
+    Ok(())
+}
+
+fn this_cpu_of(a: &All) -> Result<()> {
     let b = &a.bss;
     let cpu = b.this_cpu;
-    check!(cpu < a.nr_cpus, "bpf_get_smp_processor_id() = {cpu}");
     check_eq!(
         b.this_rq_kfunc,
         b.rq_kfunc[cpu as usize],
@@ -575,6 +598,25 @@ fn cli_read() -> Result<()> {
         );
     }
     // A field of a module's variable.
+    // Each cpu's own copy: its `cpu` field is that cpu.
+    let t = cli::Target::resolve("rkf_percpu_probe.cpu")?;
+    let readings = cli::read(&t)?;
+    check_eq!(readings.len(), cpus::possible()?.len(), "readings");
+    for r in readings {
+        let v = cli::format_value(
+            t.field.kind,
+            r.value
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+            false,
+        );
+        check_eq!(
+            v,
+            r.cpu.to_string(),
+            "rkf percpu rkf_percpu_probe.cpu on cpu {}",
+            r.cpu
+        );
+    }
     let t = cli::Target::resolve("rkf_percpu_probe.magic")?;
     for r in cli::read(&t)? {
         let v = cli::format_value(

@@ -70,6 +70,12 @@ fn flamegraph_names_kernel_function() -> Result<()> {
         p.samples
     );
     check!(p.dropped == 0, "{} samples dropped", p.dropped);
+    // Both stacks of every sample were taken.
+    check!(
+        p.stack_errors == 0,
+        "{} samples whose kernel or user stack was not taken",
+        p.stack_errors
+    );
     let (top, c) = p
         .stacks
         .stacks
@@ -86,6 +92,23 @@ fn flamegraph_names_kernel_function() -> Result<()> {
     check!(
         in_read > 0,
         "no stack runs ksys_read -> vfs_read -> read_zero in the kernel"
+    );
+    // The reads' stacks go on into the thread's user stack: at least the frame the
+    // syscall was made from, in a known object (libc's read(), or this program).
+    let with_user = p
+        .stacks
+        .stacks
+        .keys()
+        .filter(|s| s.runs_kernel_path(&["ksys_read", "vfs_read", "read_zero"]))
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| !f.kernel && &*f.object != "[unknown]")
+        })
+        .count();
+    check!(
+        with_user > 0,
+        "no stack of the reads has a user frame in a known object: {top:?}"
     );
     let folded = p.stacks.folded();
     let svg = String::from_utf8(p.stacks.flamegraph("rkf selftest")?)?;

@@ -3,7 +3,11 @@
 //! rkf_stack: `bpf_rkf_get_stack()` and `bpf_rkf_get_stack_kprobe()` against
 //! `bpf_get_stack()`, on the same event, in the same program.
 
-use std::{mem::MaybeUninit, time::Duration};
+use std::{
+    mem::MaybeUninit,
+    sync::atomic::{fence, Ordering},
+    time::Duration,
+};
 
 mod sleepable;
 mod task;
@@ -152,6 +156,10 @@ fn load<'o>(
 fn run(skel: &mut StackSkel<'_>, flags: u64, size: u32, depth: i32) -> Result<Vec<Sample>> {
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        // Cleared before the programs are armed (an armed program may run at once, on a
+        // switch of this thread), and the stores kept in that order.
+        bss.done = [0; KINDS.len() + 1];
+        fence(Ordering::SeqCst);
         bss.flags = flags;
         bss.size = size;
         for s in bss.samples.iter_mut() {
@@ -161,14 +169,39 @@ fn run(skel: &mut StackSkel<'_>, flags: u64, size: u32, depth: i32) -> Result<Ve
             s.kf_ret = 0x7777;
             s.h_ret = 0x7777;
         }
+        fence(Ordering::SeqCst);
         bss.armed = [0; KINDS.len() + 1];
         bss.armed[..KINDS.len()].fill(1);
     }
     // SAFETY: a plain C function.
     unsafe { rkf_stack_target(depth) };
     skel.progs.syscall_prog.test_run(ProgramInput::default())?;
-    // Another cpu may still be on its way through sched_switch.
-    std::thread::sleep(Duration::from_millis(10));
+    // Another cpu may still be on its way through sched_switch: wait for every program
+    // to have written its sample.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        // SAFETY: `done` is in the mapped .bss, which the programs write meanwhile.
+        let done: Vec<u32> = (0..KINDS.len())
+            .map(|i| unsafe { std::ptr::read_volatile(&bss.done[i]) })
+            .collect();
+        if done.iter().all(|&d| d == 1) {
+            break;
+        }
+        check!(
+            std::time::Instant::now() < deadline,
+            "programs that wrote no sample in 10 s: {:?}",
+            KINDS
+                .iter()
+                .zip(&done)
+                .filter(|(_, &d)| d == 0)
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The samples, written before each flag.
+    fence(Ordering::Acquire);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     // The perf_event program runs only in perf_event_differential().
     KINDS
@@ -562,6 +595,10 @@ fn perf_event_sample(
     let pe = Kind::PerfEvent as usize;
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        // Cleared before the programs are armed (an armed program may run at once, on a
+        // switch of this thread), and the stores kept in that order.
+        bss.done = [0; KINDS.len() + 1];
+        fence(Ordering::SeqCst);
         bss.flags = flags;
         bss.size = size;
         let s = &mut bss.samples[pe];

@@ -573,7 +573,7 @@ pub fn links() -> Result<Vec<LinkInfo>> {
 /// Calls counted by [`funccount()`].
 #[derive(Debug)]
 pub struct FuncCount {
-    /// Functions attached.
+    /// Functions attached: the link's, as rkf_multi lists them.
     pub attached: usize,
     /// Functions left out, by reason.
     pub skipped: BTreeMap<Skip, Vec<String>>,
@@ -604,6 +604,13 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     }
     let link = Link::attach(&skel.progs.funccount, &resolved.funcs, None)?;
     let attach_time = link.attach_time;
+    // What the kernel says the link holds: every function asked for.
+    let attached = link.info()?.funcs.len();
+    anyhow::ensure!(
+        attached == resolved.funcs.len(),
+        "rkf_multi attached {attached} of the {} functions asked for",
+        resolved.funcs.len()
+    );
     std::thread::sleep(duration);
     drop(link);
     let mut counts = Vec::new();
@@ -620,7 +627,7 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     }
     counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(FuncCount {
-        attached: resolved.funcs.len(),
+        attached,
         skipped: resolved.skipped,
         attach_time,
         counts,

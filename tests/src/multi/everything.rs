@@ -193,6 +193,12 @@ pub(super) fn attach_everything() -> Result<()> {
                 t.elapsed().as_secs_f64()
             );
             calls(trigger_fd)?;
+            // Every function with both programs through its own code (see above).
+            super::check_tramps(
+                &all.funcs,
+                super::Tramp::Generated,
+                "fentry and fexit on every function",
+            )?;
 
             let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
             let fentry_info = fentry.info()?;
