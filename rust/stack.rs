@@ -266,7 +266,11 @@ impl AddressSpace for PinningMm {
 /// # Safety
 ///
 /// `buf` is valid for writes of `size` bytes, and `walk` for a write of a
-/// `struct rkf_stack_walk`; nothing else accesses either during the call.
+/// `struct rkf_stack_walk`; nothing else writes either during the call.  The shim
+/// guarantees `walk` (its local); of `buf` the verifier guarantees that the program may
+/// write it, and the rest is the program's part, as for the kernel's `bpf_get_stack()`:
+/// a program that passes memory another cpu writes meanwhile (a shared map value) races
+/// with it.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn rkf_stack_prepare(
     buf: *mut c_void,
@@ -309,7 +313,8 @@ pub(crate) unsafe extern "C" fn rkf_stack_prepare(
 ///
 /// `buf` is valid for reads and writes of `size` bytes, and `walk` points to a
 /// `struct rkf_stack_walk` that [`rkf_stack_prepare()`] filled for `size`; nothing else
-/// accesses either during the call.
+/// writes either during the call (of `buf`, the program's part, as in
+/// [`rkf_stack_prepare()`]).
 #[no_mangle]
 pub(crate) unsafe extern "C" fn rkf_stack_finish(
     buf: *mut c_void,
@@ -317,7 +322,8 @@ pub(crate) unsafe extern "C" fn rkf_stack_finish(
     walk: *const rkf_h::rkf_stack_walk,
     nr: c_long,
 ) -> c_long {
-    // SAFETY: `buf` is `size` bytes, valid and ours for the call (the caller's guarantee).
+    // SAFETY: `buf` is `size` bytes, valid, and nothing else writes them during the call
+    // (the caller's guarantee).
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     if nr < 0 {
         bytes.fill(0);
@@ -362,8 +368,9 @@ pub(crate) unsafe extern "C" fn rkf_stack_check_task(
 ///
 /// # Safety
 ///
-/// `buf` is valid for reads and writes of `size` bytes, which nothing else accesses
-/// during the call, and `ips` is NULL or valid for reads of `nr` entries for the call.
+/// `buf` is valid for reads and writes of `size` bytes, which nothing else writes during
+/// the call (the program's part, as in [`rkf_stack_prepare()`]), and `ips` is NULL or
+/// valid for reads of `nr` entries for the call.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn rkf_stack_get_sampled(
     ips: *const u64,
@@ -372,7 +379,8 @@ pub(crate) unsafe extern "C" fn rkf_stack_get_sampled(
     size: u32,
     flags: u64,
 ) -> c_long {
-    // SAFETY: `buf` is `size` bytes, valid and ours for the call (the caller's guarantee).
+    // SAFETY: `buf` is `size` bytes, valid, and nothing else writes them during the call
+    // (the caller's guarantee).
     let bytes = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size as usize) };
     // SAFETY: `ips` holds `nr` entries for the call (the caller's guarantee: the sample's
     // callchain, which outlives the program run that calls this).

@@ -173,7 +173,9 @@ impl Registry {
                 _table: table,
                 _link: self.links.pop(),
             };
-            // The link is not attached: its program runs no more, even where sites stay.
+            // The link is not attached: where sites stay hooked (an undo that failed
+            // otherwise than for memory), their exit runs and sleepable runs skip its
+            // program; their plain entry runs do not look, and the module stays loaded.
             garbage.mark_detached();
             if f.partial {
                 pr_err!(
