@@ -573,6 +573,29 @@ fn prog_types() -> Result<()> {
     Ok(())
 }
 
+/// Reads `spec`, an int field that holds its cpu's number in each cpu's copy, with
+/// `rkf percpu`: one reading for each possible cpu, each its own cpu's copy.
+fn check_cpu_field(spec: &str) -> Result<()> {
+    let t = cli::Target::resolve(spec)?;
+    let readings = cli::read(&t)?;
+    check_eq!(
+        readings.len(),
+        cpus::possible()?.len(),
+        "readings of {spec}"
+    );
+    for r in readings {
+        let v = cli::format_value(
+            t.field.kind,
+            r.value
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
+            false,
+        );
+        check_eq!(v, r.cpu.to_string(), "rkf percpu {spec} on cpu {}", r.cpu);
+    }
+    Ok(())
+}
+
 fn cli_read() -> Result<()> {
     let t = cli::Target::resolve("runqueues.cpu")?;
     check_eq!(
@@ -580,43 +603,9 @@ fn cli_read() -> Result<()> {
         "int".to_string(),
         "type of runqueues.cpu"
     );
-    let readings = cli::read(&t)?;
-    check_eq!(readings.len(), cpus::possible()?.len(), "readings");
-    for r in readings {
-        let v = cli::format_value(
-            t.field.kind,
-            r.value
-                .as_ref()
-                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
-            false,
-        );
-        check_eq!(
-            v,
-            r.cpu.to_string(),
-            "rkf percpu runqueues.cpu on cpu {}",
-            r.cpu
-        );
-    }
-    // A field of a module's variable.
-    // Each cpu's own copy: its `cpu` field is that cpu.
-    let t = cli::Target::resolve("rkf_percpu_probe.cpu")?;
-    let readings = cli::read(&t)?;
-    check_eq!(readings.len(), cpus::possible()?.len(), "readings");
-    for r in readings {
-        let v = cli::format_value(
-            t.field.kind,
-            r.value
-                .as_ref()
-                .map_err(|e| anyhow::anyhow!("read error {e}"))?,
-            false,
-        );
-        check_eq!(
-            v,
-            r.cpu.to_string(),
-            "rkf percpu rkf_percpu_probe.cpu on cpu {}",
-            r.cpu
-        );
-    }
+    check_cpu_field("runqueues.cpu")?;
+    // Fields of a module's variable.
+    check_cpu_field("rkf_percpu_probe.cpu")?;
     let t = cli::Target::resolve("rkf_percpu_probe.magic")?;
     for r in cli::read(&t)? {
         let v = cli::format_value(
