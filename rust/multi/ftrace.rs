@@ -203,39 +203,27 @@ impl FtraceOps {
 
     /// Undoes the updates `done` of `op`, the last first.  Returns whether every one was
     /// undone.  Each update copies ftrace's hashes, so an undo may fail for want of
-    /// memory as the update it undoes did: that is waited out, every 10 ms (each second
-    /// of it reported), as a detach waits (rust/multi/registry.rs), so that a lack of
-    /// memory never leaves a site changed.  Undoing restores what ftrace had: it fails
-    /// otherwise only if ftrace is broken.
+    /// memory as the update it undoes did: that is waited out ([`wait_out_enomem()`]), as
+    /// a detach waits (rust/multi/registry.rs), so that a lack of memory never leaves a
+    /// site changed.  Undoing restores what ftrace had: it fails otherwise only if
+    /// ftrace is broken.
     fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
-        const WAIT_MS: u32 = 10;
-        const REPORT_EVERY: u32 = 1000 / WAIT_MS;
         let mut undone = true;
         for (hash, back) in done.iter().rev() {
-            let mut tries = 0u32;
-            let result = loop {
-                // SAFETY: process context, under no lock but the registry's mutex.
-                unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
-                let result = match (op, back) {
-                    (Update::Hook, _) => self.update(Update::Unhook, hash),
-                    (Update::Unhook, _) => self.update(Update::Hook, hash),
-                    (Update::Move, Some(back)) => self.update(Update::Move, back),
-                    (Update::Move, None) => Err(EINVAL),
-                };
-                match result {
-                    Err(e) if e == ENOMEM => {
-                        tries = tries.saturating_add(1);
-                        if tries % REPORT_EVERY == 0 {
-                            pr_warn!(
-                                "undoing a failed ftrace update: no memory for {} s, still trying\n",
-                                tries / REPORT_EVERY
-                            );
-                        }
-                        fsleep(Delta::from_millis(WAIT_MS.into()));
+            let result = wait_out_enomem(
+                format_args!("undoing a failed ftrace update"),
+                |e: &Error| *e == ENOMEM,
+                || {
+                    // SAFETY: process context, under no lock but the registry's mutex.
+                    unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+                    match (op, back) {
+                        (Update::Hook, _) => self.update(Update::Unhook, hash),
+                        (Update::Unhook, _) => self.update(Update::Hook, hash),
+                        (Update::Move, Some(back)) => self.update(Update::Move, back),
+                        (Update::Move, None) => Err(EINVAL),
                     }
-                    r => break r,
-                }
-            };
+                },
+            );
             undone &= result.is_ok();
         }
         undone
@@ -253,6 +241,36 @@ impl FtraceOps {
                 Update::Unhook => bindings::update_ftrace_direct_del(ops, hash.0),
             }
         })
+    }
+}
+
+/// Runs `step` until it succeeds, or fails otherwise than for want of memory
+/// (`no_memory`): a lack of memory is waited out, every 10 ms, and each second of it is
+/// reported as `what`'s.  For what cannot fail, or be left half-done: a detach, an
+/// undo, the unload.  The caller's step changes nothing when it fails for want of memory.
+pub(crate) fn wait_out_enomem<T, E>(
+    what: core::fmt::Arguments<'_>,
+    no_memory: impl Fn(&E) -> bool,
+    mut step: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    const WAIT_MS: u32 = 10;
+    const REPORT_EVERY: u32 = 1000 / WAIT_MS;
+    let mut tries = 0u32;
+    loop {
+        match step() {
+            Err(e) if no_memory(&e) => {
+                tries = tries.saturating_add(1);
+                if tries % REPORT_EVERY == 0 {
+                    pr_warn!(
+                        "{}: no memory for {} s, still trying\n",
+                        what,
+                        tries / REPORT_EVERY
+                    );
+                }
+                fsleep(Delta::from_millis(WAIT_MS.into()));
+            }
+            r => return r,
+        }
     }
 }
 
@@ -289,15 +307,12 @@ impl PinnedDrop for FtraceOps {
         // memory is waited out (ftrace's other errors mean its state is not what
         // rkf_multi left, and are reported).
         if self.anchored.load(Relaxed) {
-            loop {
-                match Self::anchor_hash().and_then(|h| self.update(Update::Unhook, &h)) {
-                    Err(e) if e == ENOMEM => fsleep(Delta::from_millis(10)),
-                    Err(e) => {
-                        pr_err!("unhooking rkf_multi_anchor at unload failed: {:?}\n", e);
-                        break;
-                    }
-                    Ok(()) => break,
-                }
+            if let Err(e) = wait_out_enomem(
+                format_args!("unhooking rkf_multi_anchor at unload"),
+                |e: &Error| *e == ENOMEM,
+                || Self::anchor_hash().and_then(|h| self.update(Update::Unhook, &h)),
+            ) {
+                pr_err!("unhooking rkf_multi_anchor at unload failed: {:?}\n", e);
             }
         }
         // Free what ftrace kept of its filters (it warns if the ops were still

@@ -5,11 +5,7 @@
 //! links, then committed) and detach.  One lock serialises them; the trampolines read
 //! only published tables.
 
-use kernel::{
-    prelude::*,
-    sync::atomic::Atomic,
-    time::{delay::fsleep, Delta},
-};
+use kernel::{prelude::*, sync::atomic::Atomic};
 
 use super::{
     area::AreaVec,
@@ -315,34 +311,20 @@ impl Registry {
 /// Runs `step` of the detach of link `id` until it succeeds, or fails otherwise than for
 /// want of memory with nothing changed: nobody can be told that a detach failed (the
 /// link's file is gone; the kernel's own link release cannot fail either), so a lack of
-/// memory is waited out, as at unload (`FtraceOps`' drop), every 10 ms, under the
-/// registry's lock: the closing task, and every other operation of rkf_multi, wait as
-/// long as memory stays short (each second of it is reported).  Each step changes
+/// memory is waited out, as at unload (`FtraceOps`' drop), under the registry's lock
+/// (`ftrace::wait_out_enomem()`): the closing task, and every other operation of
+/// rkf_multi, wait as long as memory stays short.  Each step changes
 /// nothing when it fails for want of memory: building a table, and an ftrace update that
 /// failed before changing a site or was undone.
 fn until_memory<T>(
     id: u64,
-    mut step: impl FnMut() -> Result<T, ftrace::Failed>,
+    step: impl FnMut() -> Result<T, ftrace::Failed>,
 ) -> Result<T, ftrace::Failed> {
-    const WAIT_MS: u32 = 10;
-    const REPORT_EVERY: u32 = 1000 / WAIT_MS;
-    let mut tries = 0u32;
-    loop {
-        match step() {
-            Err(f) if f.err == ENOMEM && !f.partial => {
-                tries = tries.saturating_add(1);
-                if tries % REPORT_EVERY == 0 {
-                    pr_warn!(
-                        "detaching link {}: no memory for {} s, still trying\n",
-                        id,
-                        tries / REPORT_EVERY
-                    );
-                }
-                fsleep(Delta::from_millis(WAIT_MS.into()));
-            }
-            r => return r,
-        }
-    }
+    ftrace::wait_out_enomem(
+        format_args!("detaching link {id}"),
+        |f: &ftrace::Failed| f.err == ENOMEM && !f.partial,
+        step,
+    )
 }
 
 /// Keeps rkf_multi, `garbage` and `modules` forever, after an ftrace update that failed
