@@ -493,6 +493,15 @@ pub(crate) fn bpf_text_symbols(keep: impl Fn(&str) -> bool) -> Result<Vec<(Strin
         .collect())
 }
 
+/// Runs task `tid` of this process (0: the calling thread) on cpu `cpu` only.
+pub(crate) fn pin(tid: i32, cpu: usize) -> Result<()> {
+    use nix::{sched::CpuSet, unistd::Pid};
+    let mut set = CpuSet::new();
+    set.set(cpu).context("CpuSet::set")?;
+    nix::sched::sched_setaffinity(Pid::from_raw(tid), &set)
+        .with_context(|| format!("pinning task {tid} to cpu {cpu}"))
+}
+
 /// The fields of /proc/self/task/TID/stat from the third, the state, on: they follow the
 /// command's closing parenthesis.
 pub(crate) fn task_stat(tid: i32) -> Result<Vec<String>> {

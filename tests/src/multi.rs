@@ -829,6 +829,15 @@ fn refusals() -> Result<()> {
     Ok(())
 }
 
+/// Whether ftrace's `enabled_functions` (its text, `enabled`) lists `f`: hooked by
+/// anything, direct call or not.
+pub(crate) fn listed(enabled: &str, f: &Func) -> bool {
+    enabled.lines().any(|l| {
+        l.strip_prefix(f.name.as_str())
+            .is_some_and(|rest| rest.starts_with([' ', '\t']))
+    })
+}
+
 /// Checks that a refused attach (`what`) left nothing behind: no link, none of `funcs`
 /// hooked (in ftrace's `enabled_functions`, direct call or not), and none runs the
 /// program.
@@ -837,13 +846,7 @@ fn nothing_attached(skel: &mut MultiSkel<'_>, funcs: &[Func], what: &str) -> Res
     check!(links.is_empty(), "{what}: links left: {links:?}");
     let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
     for f in funcs {
-        check!(
-            !enabled.lines().any(|l| l
-                .strip_prefix(f.name.as_str())
-                .is_some_and(|rest| rest.starts_with([' ', '\t']))),
-            "{what}: {} is hooked",
-            f.name
-        );
+        check!(!listed(&enabled, f), "{what}: {} is hooked", f.name);
     }
     let bss = run_once(skel)?;
     check!(

@@ -9,10 +9,6 @@ use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{Link, ProgramInput, ProgramType};
-use nix::{
-    sched::{sched_setaffinity, CpuSet},
-    unistd::Pid,
-};
 
 use crate::{
     check, check_eq, diag,
@@ -202,9 +198,7 @@ fn every_possible_cpu() -> Result<()> {
 fn this_cpu() -> Result<()> {
     for cpu in cpus::online()? {
         let a = std::thread::spawn(move || -> Result<All> {
-            let mut one = CpuSet::new();
-            one.set(cpu as usize).context("CpuSet::set")?;
-            sched_setaffinity(Pid::from_raw(0), &one).context("sched_setaffinity")?;
+            crate::lifecycle::pin(0, cpu as usize)?;
             run_all()
         })
         .join()

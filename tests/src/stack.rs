@@ -595,10 +595,6 @@ fn perf_event_sample(
     let pe = Kind::PerfEvent as usize;
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
-        // Cleared before the programs are armed (an armed program may run at once, on a
-        // switch of this thread), and the stores kept in that order.
-        bss.done = [0; KINDS.len() + 1];
-        fence(Ordering::SeqCst);
         bss.flags = flags;
         bss.size = size;
         let s = &mut bss.samples[pe];
@@ -866,15 +862,12 @@ fn upstream_get_stack_rawtp() -> Result<()> {
 
 fn upstream_get_stack_rawtp_on_cpu0() -> Result<()> {
     use crate::skel::upstream_get_stack_rawtp::UpstreamGetStackRawtpSkelBuilder;
-    use nix::{sched, unistd::Pid};
     use std::cell::RefCell;
 
     /// `MAX_CNT_RAWTP` of prog_tests/get_stack_raw_tp.c.
     const MAX_CNT_RAWTP: usize = 10;
 
-    let mut cpu0 = sched::CpuSet::new();
-    cpu0.set(0)?;
-    sched::sched_setaffinity(Pid::from_raw(0), &cpu0).context("pinning the thread to cpu 0")?;
+    crate::lifecycle::pin(0, 0)?;
     let mut obj = MaybeUninit::uninit();
     let skel = skeleton::load_and_attach::<UpstreamGetStackRawtpSkelBuilder>(
         &mut obj,

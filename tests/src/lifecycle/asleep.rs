@@ -28,7 +28,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::{
-    blocked_in, bpf_text_symbols, kernel_stack, leaked_images, module_state, task_stat, MULTI,
+    blocked_in, bpf_text_symbols, kernel_stack, leaked_images, module_state, pin, task_stat, MULTI,
 };
 use crate::{
     check, check_eq, diag,
@@ -455,15 +455,6 @@ fn cpus_allowed(tid: i32) -> Result<String> {
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         .map(|v| v.trim().to_string())
         .with_context(|| format!("no Cpus_allowed_list in {path}"))
-}
-
-/// Runs task `tid` of this process on cpu `cpu` only.
-fn pin(tid: i32, cpu: usize) -> Result<()> {
-    use nix::{sched::CpuSet, unistd::Pid};
-    let mut set = CpuSet::new();
-    set.set(cpu).context("CpuSet::set")?;
-    nix::sched::sched_setaffinity(Pid::from_raw(tid), &set)
-        .with_context(|| format!("pinning task {tid} to cpu {cpu}"))
 }
 
 /// The cpu task `tid` of this process last ran on (/proc/self/task/TID/stat, field 39).

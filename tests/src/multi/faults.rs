@@ -211,11 +211,11 @@ fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Resul
     // One read of enabled_functions serves both checks.
     let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
     for f in &funcs[hooked..] {
-        let listed = enabled.lines().any(|l| {
-            l.strip_prefix(f.name.as_str())
-                .is_some_and(|rest| rest.starts_with([' ', '\t']))
-        });
-        check!(!listed, "{what}: {} is still in enabled_functions", f.name);
+        check!(
+            !super::listed(&enabled, f),
+            "{what}: {} is still in enabled_functions",
+            f.name
+        );
     }
     let callers: HashMap<String, String> = multi::parse_direct_callers(&enabled);
     for (i, f) in funcs.iter().enumerate() {
