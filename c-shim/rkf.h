@@ -290,10 +290,13 @@ struct rkf_multi_prog {
  * @sleepable: 1 if one of its programs is sleepable, which runs under RCU tasks trace
  *             instead of RCU
  * @nr_session: session programs (at most RKF_MULTI_MAX_SESSIONS), after the fentry ones
- * @nr_fentry: fentry programs, in @first.., in attach order
- * @nr_progs:  all programs: the session ones follow the fentry ones, and the fexit ones
- *             the session ones
- * @first:     its first program in the table's @progs
+ * @nr_fentry: fentry programs, first in @progs, in attach order
+ * @nr_progs:  all programs (at most MAX_LINKS_PER_FUNC of rust/core/src/multi/rules.rs):
+ *             the session ones follow the fentry ones, and the fexit ones the session
+ *             ones
+ * @progs:     its programs: the slots of its generated trampoline, in the image that
+ *             the table keeps, or, where it takes the shared trampoline, an array the
+ *             table keeps (rust/multi/table.rs)
  */
 struct rkf_multi_func {
 	unsigned long ret_ip;
@@ -302,9 +305,9 @@ struct rkf_multi_func {
 	u8 ctx_args;
 	u8 sleepable;
 	u8 nr_session;
-	u32 nr_fentry;
-	u32 nr_progs;
-	u32 first;
+	u16 nr_fentry;
+	u16 nr_progs;
+	const struct rkf_multi_prog *progs;
 };
 
 /**
@@ -315,14 +318,12 @@ struct rkf_multi_func {
  *            bucket holds the position in @funcs plus one, or 0
  *            (rkf_core::multi::build_index())
  * @funcs:    sorted by @ret_ip
- * @progs:    the programs of every function
  */
 struct rkf_multi_table {
 	u32 nr_funcs;
 	u32 bits;
 	const u32 *index;
 	const struct rkf_multi_func *funcs;
-	const struct rkf_multi_prog *progs;
 };
 
 /**

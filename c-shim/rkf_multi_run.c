@@ -366,12 +366,13 @@ static noinline notrace void rkf_multi_sessions_exit(const struct rkf_multi_func
 }
 
 /*
- * The entry runs of function @f (its programs at @p): its fentry programs, then the entry
- * runs of its session programs.
+ * The entry runs of function @f: its fentry programs, then the entry runs of its session
+ * programs.
  */
-static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
-					    const struct rkf_multi_prog *p, u64 *ctx, bool any)
+static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f, u64 *ctx,
+					    bool any)
 {
+	const struct rkf_multi_prog *p = f->progs;
 	const u64 *stack = RKF_MULTI_STACK_ARGS(ctx);
 	u32 i;
 
@@ -395,12 +396,13 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f,
 }
 
 /*
- * The exit runs of function @f (its programs at @p), the return value in place: those
- * of its session programs, then its fexit programs.
+ * The exit runs of function @f, the return value in place: those of its session
+ * programs, then its fexit programs.
  */
-static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f,
-					   const struct rkf_multi_prog *p, u64 *ctx, bool any)
+static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f, u64 *ctx,
+					   bool any)
 {
+	const struct rkf_multi_prog *p = f->progs;
 	u32 i = max_t(u32, f->nr_args + 1, RKF_MULTI_CTX_RET6 + 1);
 
 	/*
@@ -444,16 +446,16 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
 		fexit = f->nr_progs > f->nr_fentry;
 	if (f && !f->sleepable) {
 		if (entry)
-			rkf_multi_enter(f, &t->progs[f->first], ctx, false);
+			rkf_multi_enter(f, ctx, false);
 		else
-			rkf_multi_exit(f, &t->progs[f->first], ctx, false);
+			rkf_multi_exit(f, ctx, false);
 		rkf_multi_run_unlock();
 	} else {
 		rkf_multi_run_unlock();
 		if (f && entry)
-			rkf_multi_enter(f, &t->progs[f->first], ctx, true);
+			rkf_multi_enter(f, ctx, true);
 		else if (f)
-			rkf_multi_exit(f, &t->progs[f->first], ctx, true);
+			rkf_multi_exit(f, ctx, true);
 	}
 	rcu_read_unlock_trace();
 	if (!fexit)
@@ -490,7 +492,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 		return rkf_multi_run_sleepable(ctx, ret_ip, true, false);
 	}
 	if (f) {
-		rkf_multi_enter(f, &t->progs[f->first], ctx, false);
+		rkf_multi_enter(f, ctx, false);
 		if (f->nr_progs > f->nr_fentry) {
 			atomic_long_inc(&rkf_multi_frames);
 			fexit = 1;
@@ -529,7 +531,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 		return;
 	}
 	if (f)
-		rkf_multi_exit(f, &t->progs[f->first], ctx, false);
+		rkf_multi_exit(f, ctx, false);
 	rkf_multi_run_unlock();
 	rkf_multi_frame_done();
 }

@@ -82,9 +82,9 @@ pub struct rkf_multi_func {
     pub ctx_args: u8_,
     pub sleepable: u8_,
     pub nr_session: u8_,
-    pub nr_fentry: u32_,
-    pub nr_progs: u32_,
-    pub first: u32_,
+    pub nr_fentry: u16_,
+    pub nr_progs: u16_,
+    pub progs: *const rkf_multi_prog,
 }
 #[repr(C)]
 pub struct rkf_multi_table {
@@ -92,7 +92,6 @@ pub struct rkf_multi_table {
     pub bits: u32_,
     pub index: *const u32_,
     pub funcs: *const rkf_multi_func,
-    pub progs: *const rkf_multi_prog,
 }
 #[repr(C)]
 pub struct rkf_multi_shape {

@@ -17,25 +17,6 @@ use crate::{
     tramp_core::{self, CallDepth, Mitigations},
 };
 
-/// The trampoline a traced function's site calls.
-#[derive(Clone)]
-pub(crate) enum Trampoline {
-    /// c-shim/rkf_multi_tramp.S, which finds the function in the table.
-    Shared,
-    /// Its own, at `addr`, in `image` (which it keeps).
-    Generated { image: Arc<Image>, addr: usize },
-}
-
-impl Trampoline {
-    /// Its address in a route: 0 for the shared one.
-    pub(crate) fn route_addr(&self) -> u64 {
-        match self {
-            Trampoline::Shared => 0,
-            Trampoline::Generated { addr, .. } => *addr as u64,
-        }
-    }
-}
-
 /// Generated trampolines in BPF text.
 ///
 /// # Invariants
@@ -52,6 +33,10 @@ impl Trampoline {
 pub(crate) struct Image {
     ptr: *mut rkf_h::rkf_multi_image,
     data: Option<KBox<ImageData>>,
+    /// Where its code starts.
+    code: usize,
+    /// The bytes of its code.
+    size: usize,
     /// Functions whose trampolines were generated into it.
     funcs: u32,
     /// Whether it has trampolines that count calls in flight: from entry to return
@@ -61,7 +46,10 @@ pub(crate) struct Image {
 
 /// What an image's code names, in kernel data.
 struct ImageData {
-    /// The programs, by address: `struct rkf_multi_prog`.  Never resized.
+    /// The programs, by address: `struct rkf_multi_prog`.  Never resized.  The tables
+    /// holding the image point their functions to them too: the shared trampoline runs
+    /// them (a call of a function moving between trampolines) under RCU, or RCU tasks
+    /// trace, from a table that holds the image.
     slots: AreaVec<rkf_h::rkf_multi_prog>,
     /// The detached flags of the links at the time, which the slots name: a call in
     /// flight reads its slot's on the way out (and, past a sleepable program, on the way
@@ -74,7 +62,9 @@ struct ImageData {
 // runs of them: entry runs only while a table holds the image, exit runs (and every run
 // of a function with a sleepable program) only while their link's flag, read under RCU
 // (and RCU tasks trace), says attached (a link is freed an RCU grace period after it was
-// marked, and an RCU tasks trace one if it or a program beside it is sleepable).
+// marked, and an RCU tasks trace one if it or a program beside it is sleepable); the
+// shared trampoline's runs of them through a table, only under RCU (or RCU tasks trace)
+// from a table that holds the image, which frees its links after those grace periods.
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
@@ -83,6 +73,16 @@ impl Image {
     /// Functions whose trampolines it holds.
     pub(crate) fn funcs(&self) -> u32 {
         self.funcs
+    }
+
+    /// Where its code starts.
+    pub(crate) fn code(&self) -> usize {
+        self.code
+    }
+
+    /// Whether `addr` is in its code.
+    pub(crate) fn contains(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.code) < self.size
     }
 }
 
@@ -210,16 +210,26 @@ fn account(ip: u64, out: &mut [u8]) -> bool {
     n as usize == out.len()
 }
 
+/// Where [`generate()`] put one function: its trampoline, and its first slot (a copy of
+/// its programs, in order), which the image keeps for as long as it lives.
+#[derive(Clone, Copy)]
+pub(crate) struct Placed {
+    /// The trampoline's address.
+    pub(crate) addr: usize,
+    /// The function's first slot.
+    pub(crate) slots: *const rkf_h::rkf_multi_prog,
+}
+
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// slots of exit runs and sleepable runs name): returns the image and the address of
-/// each function's trampoline.
+/// slots of exit runs and sleepable runs name): returns the image and where it put each
+/// function.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
     detached: &[&Arc<Atomic<bool>>],
     m: &Mitigations,
-) -> Result<(Arc<Image>, AreaVec<usize>)> {
+) -> Result<(Arc<Image>, AreaVec<Placed>)> {
     // Per function: its offset in the code, the slots of ctx to fill and its length.
     let mut layout = AreaVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut size, mut nr_slots, mut counts_calls) = (0usize, 0usize, false);
@@ -271,6 +281,8 @@ pub(crate) fn generate(
     let image = Image {
         ptr: im,
         data: Some(data),
+        code,
+        size,
         funcs: funcs.len() as u32,
         counts_calls,
     };
@@ -330,8 +342,16 @@ pub(crate) fn generate(
         rkf_h::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
     })?;
     let mut addrs = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    for &(at, _, _) in layout.iter() {
-        addrs.push(code + at, GFP_KERNEL)?;
+    let mut first_slot = 0usize;
+    for (f, &(at, _, _)) in funcs.iter().zip(layout.iter()) {
+        addrs.push(
+            Placed {
+                addr: code + at,
+                slots: slots.as_ptr().wrapping_add(first_slot),
+            },
+            GFP_KERNEL,
+        )?;
+        first_slot += f.progs.len();
     }
     Ok((Arc::new(image, GFP_KERNEL)?, addrs))
 }

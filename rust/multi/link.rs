@@ -99,7 +99,7 @@ impl Link {
             )
         };
         FuncInfo {
-            addr: t.addr,
+            addr: t.addr(),
             cookie: t.cookie,
             hits: hits as u64,
             misses: misses as u64,

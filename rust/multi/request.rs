@@ -27,17 +27,26 @@ use crate::{
     multi_table, rkf_h,
 };
 
-/// One function of a link.
+/// One function of a link: 24 bytes, one of every function of every link.
 #[derive(Clone, Copy)]
 pub(crate) struct Target {
     /// The ftrace site.
     pub(crate) site: u64,
-    /// The function's address.
-    pub(crate) addr: u64,
-    /// Its argument count.
-    pub(crate) nr_args: u32,
     /// Its cookie.
     pub(crate) cookie: u64,
+    /// How far the site is into the function.
+    offset: u32,
+    /// Its argument count.
+    pub(crate) nr_args: u32,
+}
+
+const _: () = assert!(size_of::<Target>() == 24);
+
+impl Target {
+    /// The function's address.
+    pub(crate) fn addr(&self) -> u64 {
+        self.site - u64::from(self.offset)
+    }
 }
 
 /// A request that passed every check of its own.
@@ -236,6 +245,11 @@ unsafe fn check_target(
         return Err(refuse(Reason::WrongAddress));
     }
     let site = ftrace::site_of(addr).ok_or_else(|| refuse(Reason::NotTraceable))?;
+    // ftrace_location() gives a site inside the function, at or after its address.
+    let offset = site
+        .checked_sub(addr)
+        .and_then(|d| u32::try_from(d).ok())
+        .ok_or_else(|| refuse(Reason::NotTraceable))?;
     if prog.sleepable {
         // SAFETY: the module, if any, is alive (this function's contract); any address
         // may be asked about.
@@ -246,8 +260,8 @@ unsafe fn check_target(
     }
     Ok(Target {
         site,
-        addr,
-        nr_args,
         cookie: 0,
+        offset,
+        nr_args,
     })
 }

@@ -5,7 +5,7 @@
 //! trampoline.  A table is built whole from the links and replaces the published one
 //! under RCU.
 
-use core::ptr;
+use core::{ptr, slice};
 
 use kernel::{
     prelude::*,
@@ -14,14 +14,19 @@ use kernel::{
 
 use super::{
     area::AreaVec,
-    image::{self, FuncCode, Image, Trampoline},
+    image::{self, FuncCode, Image},
     link::Link,
 };
 use crate::{
+    multi_rules::MAX_LINKS_PER_FUNC,
     multi_table::{self as rules, Group, Route, Slot},
     rkf_h,
     tramp_core::Mitigations,
 };
+
+// `struct rkf_multi_func`'s @nr_fentry and @nr_progs; one of them per traced function.
+const _: () = assert!(MAX_LINKS_PER_FUNC <= u16::MAX as u32);
+const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 32);
 
 /// `MCOUNT_INSN_SIZE`: the return address into a traced function is its site plus the
 /// call.
@@ -40,29 +45,35 @@ pub(crate) struct Generation {
 }
 
 /// A table and its storage.
+///
+/// # Invariants
+///
+/// Every non-zero trampoline of `tramps` is in one of `images`.  Every function of
+/// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
+/// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
+/// its programs, in order; one that takes the shared trampoline, into `_progs`.  An
+/// image's slots are the programs the table would hold, so a function's programs are
+/// kept once, not twice.
 pub(crate) struct Table {
     raw: KBox<rkf_h::rkf_multi_table>,
     _index: AreaVec<u32>,
     funcs: AreaVec<rkf_h::rkf_multi_func>,
-    progs: AreaVec<rkf_h::rkf_multi_prog>,
-    /// The trampoline of each function of `funcs`.
-    tramps: AreaVec<Trampoline>,
+    /// The programs of the functions that take the shared trampoline.  Never resized.
+    _progs: AreaVec<rkf_h::rkf_multi_prog>,
+    /// The trampoline of each function of `funcs`: its generated one's address, or 0 for
+    /// the shared one (c-shim/rkf_multi_tramp.S, which finds the function in the table).
+    tramps: AreaVec<usize>,
+    /// The images the generated trampolines are in, which the table keeps, sorted by
+    /// address.
+    images: AreaVec<Arc<Image>>,
     /// Whether a function has a sleepable program.
     sleepable: bool,
 }
 
-// SAFETY: the raw pointers point into the vectors owned alongside them, or to programs
-// and counters that the links keep alive while the table is published and until it is
-// freed after its grace periods.
+// SAFETY: the raw pointers point into the vectors owned alongside them or into the
+// images those keep, or to programs and counters that the links keep alive while the
+// table is published and until it is freed after its grace periods.
 unsafe impl Send for Table {}
-
-/// The programs of `f`, a function whose programs are in `progs` (a table's).
-fn progs_of<'a>(
-    progs: &'a [rkf_h::rkf_multi_prog],
-    f: &rkf_h::rkf_multi_func,
-) -> &'a [rkf_h::rkf_multi_prog] {
-    &progs[f.first as usize..][..f.nr_progs as usize]
-}
 
 impl Table {
     /// Builds the table of `links`, or `None` if there is nothing to trace.  Functions
@@ -95,11 +106,12 @@ impl Table {
             }
         }
         rules::order_slots(&mut slots);
-        let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(total, GFP_KERNEL)?;
+        // Every function's programs, in order, until their trampolines are known.
+        let mut all = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(total, GFP_KERNEL)?;
         for s in slots.iter() {
             let (li, ti) = refs[s.idx as usize];
             let l = &links[li as usize];
-            progs.push(
+            all.push(
                 rkf_h::rkf_multi_prog {
                     prog: l.prog.as_ptr(),
                     cookie: l.targets[ti as usize].cookie,
@@ -112,6 +124,8 @@ impl Table {
         }
         let nr_funcs = rules::groups(&slots).count();
         let mut funcs = AreaVec::<rkf_h::rkf_multi_func>::with_capacity(nr_funcs, GFP_KERNEL)?;
+        // Where each function's programs start in `all`.
+        let mut firsts = AreaVec::<u32>::with_capacity(nr_funcs, GFP_KERNEL)?;
         for Group {
             site,
             start,
@@ -138,43 +152,78 @@ impl Table {
             funcs.push(
                 rkf_h::rkf_multi_func {
                     ret_ip: (site + MCOUNT_INSN_SIZE) as usize,
-                    addr: t.addr as usize,
+                    addr: t.addr() as usize,
                     // At most `MAX_ARGS`: rules::check_shape().
                     nr_args: t.nr_args as u8,
                     ctx_args: ctx_args as u8,
                     sleepable: sleepable.into(),
-                    // At most `MAX_SESSIONS_PER_FUNC`: Registry::check_against_links().
+                    // At most `MAX_SESSIONS_PER_FUNC` and `MAX_LINKS_PER_FUNC`:
+                    // Registry::check_against_links().
                     nr_session: session as u8,
-                    nr_fentry: fentry as u32,
-                    nr_progs: (end - start) as u32,
-                    first: start as u32,
+                    nr_fentry: fentry as u16,
+                    nr_progs: (end - start) as u16,
+                    // Set below, once its trampoline is known.
+                    progs: ptr::null(),
                 },
                 GFP_KERNEL,
             )?;
+            firsts.push(start as u32, GFP_KERNEL)?;
         }
         let bits = rules::index_bits(nr_funcs);
         let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
         rules::build_index(funcs.iter().map(|f| f.ret_ip as u64), &mut index, bits);
-        let tramps = trampolines(gen, old, links, &funcs, &progs)?;
+        let new = New {
+            all: &all,
+            firsts: &firsts,
+        };
+        // Points every function with a generated trampoline to its slots.
+        let (tramps, images) = trampolines(gen, old, links, &mut funcs, new)?;
+        // The others take the shared trampoline, and their programs stay in the table.
+        let mut nr_shared = 0;
+        for f in funcs.iter().filter(|f| f.progs.is_null()) {
+            nr_shared += usize::from(f.nr_progs);
+        }
+        let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_shared, GFP_KERNEL)?;
+        for (i, f) in funcs.iter().enumerate().filter(|(_, f)| f.progs.is_null()) {
+            for p in new.progs(i, f) {
+                progs.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
+            }
+        }
+        // `progs` is complete and never resized: its elements stay put.
+        let mut at = 0;
+        for f in funcs.iter_mut().filter(|f| f.progs.is_null()) {
+            f.progs = progs.as_ptr().wrapping_add(at);
+            at += usize::from(f.nr_progs);
+        }
         let raw = KBox::new(
             rkf_h::rkf_multi_table {
                 nr_funcs: nr_funcs as u32,
                 bits,
                 index: index.as_ptr(),
                 funcs: funcs.as_ptr(),
-                progs: progs.as_ptr(),
             },
             GFP_KERNEL,
         )?;
         let sleepable = funcs.iter().any(|f| f.sleepable != 0);
+        // INVARIANT: trampolines() gave the trampolines in `images`, and pointed their
+        // functions to their slots; the others point into `progs`.
         Ok(Some(Table {
             raw,
             _index: index,
             funcs,
-            progs,
+            _progs: progs,
             tramps,
+            images,
             sleepable,
         }))
+    }
+
+    /// The programs of its function `i`.
+    fn progs_of(&self, i: usize) -> &[rkf_h::rkf_multi_prog] {
+        let f = &self.funcs[i];
+        // SAFETY: `f.progs` points to `f.nr_progs` programs that the table keeps, unchanged
+        // (type invariant).
+        unsafe { slice::from_raw_parts(f.progs, f.nr_progs.into()) }
     }
 
     /// Whether a function of the table has a sleepable program: tasks may run its
@@ -188,9 +237,9 @@ impl Table {
         self.funcs
             .iter()
             .zip(self.tramps.iter())
-            .map(|(f, t)| Route {
+            .map(|(f, &t)| Route {
                 site: f.ret_ip as u64 - MCOUNT_INSN_SIZE,
-                tramp: t.route_addr(),
+                tramp: t as u64,
             })
     }
 
@@ -201,13 +250,13 @@ impl Table {
         &self,
         f: &rkf_h::rkf_multi_func,
         progs: &[rkf_h::rkf_multi_prog],
-    ) -> Option<Trampoline> {
+    ) -> Option<Reuse<'_>> {
         let i = self
             .funcs
             .binary_search_by_key(&f.ret_ip, |o| o.ret_ip)
             .ok()?;
         let o = &self.funcs[i];
-        let old = progs_of(&self.progs, o);
+        let old = self.progs_of(i);
         let same = o.addr == f.addr
             && o.nr_args == f.nr_args
             && o.nr_fentry == f.nr_fentry
@@ -216,10 +265,17 @@ impl Table {
             && old.iter().zip(progs).all(|(a, b)| {
                 a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
             });
-        match &self.tramps[i] {
-            t @ Trampoline::Generated { .. } if same => Some(t.clone()),
-            _ => None,
+        let addr = self.tramps[i];
+        if !same || addr == 0 {
+            return None;
         }
+        let k = self.images.partition_point(|im| im.code() <= addr);
+        let image = &self.images[k.checked_sub(1)?];
+        image.contains(addr).then_some(Reuse {
+            addr,
+            slots: o.progs,
+            image,
+        })
     }
 }
 
@@ -235,57 +291,100 @@ pub(crate) fn publish(new: Option<&Table>) {
     unsafe { rkf_h::rkf_multi_publish(raw) };
 }
 
-/// The trampoline of each of `funcs` (with `progs`), for [`Table::build()`].  Generation
-/// never fails an operation: a function it fails for (no memory for an image, or
-/// rkf_multi_run_prog() out of reach) takes the shared trampoline.
+/// A generated trampoline that a function of a new table can keep.
+struct Reuse<'a> {
+    /// Its address.
+    addr: usize,
+    /// The function's slots in its image.
+    slots: *const rkf_h::rkf_multi_prog,
+    /// Its image.
+    image: &'a Arc<Image>,
+}
+
+/// The programs of the functions of a table being built, before they know their
+/// trampolines.
+#[derive(Clone, Copy)]
+struct New<'a> {
+    /// Every function's programs, in order.
+    all: &'a [rkf_h::rkf_multi_prog],
+    /// Where each function's programs start in `all`.
+    firsts: &'a [u32],
+}
+
+impl<'a> New<'a> {
+    /// The programs of `f`, the function `i`.
+    fn progs(&self, i: usize, f: &rkf_h::rkf_multi_func) -> &'a [rkf_h::rkf_multi_prog] {
+        &self.all[self.firsts[i] as usize..][..f.nr_progs.into()]
+    }
+}
+
+/// The trampoline of each of `funcs` (with their programs in `new`), for
+/// [`Table::build()`], and the images the generated ones are in, sorted by address.
+/// Points each function that gets a generated trampoline to its slots in its image (and
+/// leaves the others' pointers NULL).  Generation never fails an operation: a function
+/// it fails for (no memory for an image, or rkf_multi_run_prog() out of reach) takes the
+/// shared trampoline.
 fn trampolines(
     gen: &mut Generation,
     old: Option<&Table>,
     links: &[Link],
-    funcs: &[rkf_h::rkf_multi_func],
-    progs: &[rkf_h::rkf_multi_prog],
-) -> Result<AreaVec<Trampoline>> {
-    let mut tramps = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    // What each function could keep, and how many functions would keep each image: an
-    // image most of whose functions moved on is not kept alive by the few that stay
-    // (they get new trampolines), so images hold at most twice the live code.
-    let mut kept = AreaVec::<(*const Image, u32)>::new();
-    let mut cands = AreaVec::<Option<Trampoline>>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    funcs: &mut [rkf_h::rkf_multi_func],
+    new: New<'_>,
+) -> Result<(AreaVec<usize>, AreaVec<Arc<Image>>)> {
+    let mut tramps = AreaVec::from_elem(0usize, funcs.len(), GFP_KERNEL)?;
+    // What each function could keep (its trampoline, slots and image in `kept`), and how
+    // many functions would keep each image: an image most of whose functions moved on is
+    // not kept alive by the few that stay (they get new trampolines), so images hold at
+    // most twice the live code.
+    let mut kept = AreaVec::<(&Arc<Image>, u32)>::new();
+    let mut cands = AreaVec::<Option<(usize, *const rkf_h::rkf_multi_prog, u32)>>::with_capacity(
+        funcs.len(),
+        GFP_KERNEL,
+    )?;
     // Every function gets its own trampoline, unless the module was told otherwise.
     let own = gen.enabled;
-    for f in funcs {
-        let cand = if own {
-            old.and_then(|o| o.reusable(f, progs_of(progs, f)))
+    for (i, f) in funcs.iter().enumerate() {
+        let reuse = if own {
+            old.and_then(|o| o.reusable(f, new.progs(i, f)))
         } else {
             None
         };
-        if let Some(Trampoline::Generated { image, .. }) = &cand {
-            let p = Arc::as_ptr(image);
-            match kept.iter_mut().find(|(q, _)| *q == p) {
-                Some((_, n)) => *n += 1,
-                None => kept.push((p, 1), GFP_KERNEL)?,
+        let cand = match reuse {
+            Some(Reuse { addr, slots, image }) => {
+                let k = match kept.iter().position(|&(im, _)| Arc::ptr_eq(im, image)) {
+                    Some(k) => k,
+                    None => {
+                        kept.push((image, 0), GFP_KERNEL)?;
+                        kept.len() - 1
+                    }
+                };
+                kept[k].1 += 1;
+                Some((addr, slots, k as u32))
             }
-        }
+            None => None,
+        };
         cands.push(cand, GFP_KERNEL)?;
+    }
+    let keeps = |k: u32| {
+        let (image, n) = kept[k as usize];
+        2 * n >= image.funcs()
+    };
+    let mut images = AreaVec::<Arc<Image>>::with_capacity(kept.len() + 1, GFP_KERNEL)?;
+    for k in 0..kept.len() {
+        if keeps(k as u32) {
+            images.push(kept[k].0.clone(), GFP_KERNEL)?;
+        }
     }
     let mut fresh = AreaVec::<u32>::new();
     for (i, cand) in cands.into_iter().enumerate() {
-        let t = match cand {
-            Some(Trampoline::Generated { image, addr })
-                if kept
-                    .iter()
-                    .any(|&(p, n)| p == Arc::as_ptr(&image) && 2 * n >= image.funcs()) =>
-            {
-                Trampoline::Generated { image, addr }
+        match cand {
+            Some((addr, slots, k)) if keeps(k) => {
+                funcs[i].progs = slots;
+                tramps[i] = addr;
             }
-            _ => {
-                if own {
-                    fresh.push(i as u32, GFP_KERNEL)?;
-                }
-                Trampoline::Shared
-            }
-        };
-        tramps.push(t, GFP_KERNEL)?;
+            _ if own => fresh.push(i as u32, GFP_KERNEL)?,
+            _ => {}
+        }
     }
     if !fresh.is_empty() {
         gen.images += 1;
@@ -298,8 +397,8 @@ fn trampolines(
                     ctx_args: f.ctx_args.into(),
                     addr: f.addr as u64,
                     ret_ip: f.ret_ip as u64,
-                    progs: progs_of(progs, f),
-                    nr_fentry: f.nr_fentry as usize,
+                    progs: new.progs(i as usize, f),
+                    nr_fentry: f.nr_fentry.into(),
                     nr_session: f.nr_session.into(),
                     sleepable: f.sleepable != 0,
                 },
@@ -312,12 +411,11 @@ fn trampolines(
         }
         match image::generate(gen.images, &code, &detached, &gen.mitigations) {
             Ok((image, addrs)) => {
-                for (&i, &addr) in fresh.iter().zip(addrs.iter()) {
-                    tramps[i as usize] = Trampoline::Generated {
-                        image: image.clone(),
-                        addr,
-                    };
+                for (&i, &image::Placed { addr, slots }) in fresh.iter().zip(addrs.iter()) {
+                    funcs[i as usize].progs = slots;
+                    tramps[i as usize] = addr;
                 }
+                images.push(image, GFP_KERNEL)?;
             }
             Err(e) => pr_warn!(
                 "{} functions keep the shared trampoline: generating theirs failed: {:?}\n",
@@ -326,5 +424,6 @@ fn trampolines(
             ),
         }
     }
-    Ok(tramps)
+    rules::sort_by_key(&mut images, |im| im.code());
+    Ok((tramps, images))
 }
