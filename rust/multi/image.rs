@@ -302,6 +302,7 @@ pub(crate) fn generate(
     let mut buf = AreaVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
     let mut first_slot = 0usize;
     let mut slot_addrs = AreaVec::<u64>::new();
+    let mut placed = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
     for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took
@@ -310,10 +311,18 @@ pub(crate) fn generate(
         // code runs here.
         unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
         let n = f.progs.len();
+        let own = &slots[first_slot..first_slot + n];
         slot_addrs.clear();
-        for s in &slots[first_slot..first_slot + n] {
+        for s in own {
             slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
         }
+        placed.push(
+            Placed {
+                addr: code + at,
+                slots: own.as_ptr(),
+            },
+            GFP_KERNEL,
+        )?;
         first_slot += n;
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
@@ -341,17 +350,5 @@ pub(crate) fn generate(
     kernel::error::to_result(unsafe {
         rkf_h::rkf_multi_image_commit(image.ptr, buf.as_ptr().cast())
     })?;
-    let mut addrs = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    let mut first_slot = 0usize;
-    for (f, &(at, _, _)) in funcs.iter().zip(layout.iter()) {
-        addrs.push(
-            Placed {
-                addr: code + at,
-                slots: slots.as_ptr().wrapping_add(first_slot),
-            },
-            GFP_KERNEL,
-        )?;
-        first_slot += f.progs.len();
-    }
-    Ok((Arc::new(image, GFP_KERNEL)?, addrs))
+    Ok((Arc::new(image, GFP_KERNEL)?, placed))
 }

@@ -179,21 +179,20 @@ impl Table {
         // Points every function with a generated trampoline to its slots.
         let (tramps, images) = trampolines(gen, old, links, &mut funcs, new)?;
         // The others take the shared trampoline, and their programs stay in the table.
-        let mut nr_shared = 0;
-        for f in funcs.iter().filter(|f| f.progs.is_null()) {
-            nr_shared += usize::from(f.nr_progs);
-        }
+        let nr_shared = funcs
+            .iter()
+            .filter(|f| f.progs.is_null())
+            .map(|f| usize::from(f.nr_progs))
+            .sum();
+        // Filled within its capacity, so never moved: its elements stay put.
         let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_shared, GFP_KERNEL)?;
-        for (i, f) in funcs.iter().enumerate().filter(|(_, f)| f.progs.is_null()) {
-            for p in new.progs(i, f) {
-                progs.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
+        for (i, f) in funcs.iter_mut().enumerate() {
+            if f.progs.is_null() {
+                f.progs = progs.as_ptr().wrapping_add(progs.len());
+                for p in new.progs(i, f) {
+                    progs.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
+                }
             }
-        }
-        // `progs` is complete and never resized: its elements stay put.
-        let mut at = 0;
-        for f in funcs.iter_mut().filter(|f| f.progs.is_null()) {
-            f.progs = progs.as_ptr().wrapping_add(at);
-            at += usize::from(f.nr_progs);
         }
         let raw = KBox::new(
             rkf_h::rkf_multi_table {
@@ -250,7 +249,7 @@ impl Table {
         &self,
         f: &rkf_h::rkf_multi_func,
         progs: &[rkf_h::rkf_multi_prog],
-    ) -> Option<Reuse<'_>> {
+    ) -> Option<Reuse> {
         let i = self
             .funcs
             .binary_search_by_key(&f.ret_ip, |o| o.ret_ip)
@@ -269,9 +268,11 @@ impl Table {
         if !same || addr == 0 {
             return None;
         }
-        let k = self.images.partition_point(|im| im.code() <= addr);
-        let image = &self.images[k.checked_sub(1)?];
-        image.contains(addr).then_some(Reuse {
+        let image = self
+            .images
+            .partition_point(|im| im.code() <= addr)
+            .checked_sub(1)?;
+        self.images[image].contains(addr).then_some(Reuse {
             addr,
             slots: o.progs,
             image,
@@ -291,14 +292,15 @@ pub(crate) fn publish(new: Option<&Table>) {
     unsafe { rkf_h::rkf_multi_publish(raw) };
 }
 
-/// A generated trampoline that a function of a new table can keep.
-struct Reuse<'a> {
+/// A generated trampoline of the old table that a function of a new table can keep.
+#[derive(Clone, Copy)]
+struct Reuse {
     /// Its address.
     addr: usize,
     /// The function's slots in its image.
     slots: *const rkf_h::rkf_multi_prog,
-    /// Its image.
-    image: &'a Arc<Image>,
+    /// Its image, in the old table's `images`.
+    image: usize,
 }
 
 /// The programs of the functions of a table being built, before they know their
@@ -332,15 +334,12 @@ fn trampolines(
     new: New<'_>,
 ) -> Result<(AreaVec<usize>, AreaVec<Arc<Image>>)> {
     let mut tramps = AreaVec::from_elem(0usize, funcs.len(), GFP_KERNEL)?;
-    // What each function could keep (its trampoline, slots and image in `kept`), and how
-    // many functions would keep each image: an image most of whose functions moved on is
-    // not kept alive by the few that stay (they get new trampolines), so images hold at
-    // most twice the live code.
-    let mut kept = AreaVec::<(&Arc<Image>, u32)>::new();
-    let mut cands = AreaVec::<Option<(usize, *const rkf_h::rkf_multi_prog, u32)>>::with_capacity(
-        funcs.len(),
-        GFP_KERNEL,
-    )?;
+    let old_images = old.map_or(&[][..], |o| &o.images[..]);
+    // What each function could keep, and how many functions would keep each of the old
+    // images: an image most of whose functions moved on is not kept alive by the few that
+    // stay (they get new trampolines), so images hold at most twice the live code.
+    let mut kept = AreaVec::<u32>::from_elem(0, old_images.len(), GFP_KERNEL)?;
+    let mut cands = AreaVec::<Option<Reuse>>::with_capacity(funcs.len(), GFP_KERNEL)?;
     // Every function gets its own trampoline, unless the module was told otherwise.
     let own = gen.enabled;
     for (i, f) in funcs.iter().enumerate() {
@@ -349,38 +348,24 @@ fn trampolines(
         } else {
             None
         };
-        let cand = match reuse {
-            Some(Reuse { addr, slots, image }) => {
-                let k = match kept.iter().position(|&(im, _)| Arc::ptr_eq(im, image)) {
-                    Some(k) => k,
-                    None => {
-                        kept.push((image, 0), GFP_KERNEL)?;
-                        kept.len() - 1
-                    }
-                };
-                kept[k].1 += 1;
-                Some((addr, slots, k as u32))
-            }
-            None => None,
-        };
-        cands.push(cand, GFP_KERNEL)?;
+        if let Some(r) = reuse {
+            kept[r.image] += 1;
+        }
+        cands.push(reuse, GFP_KERNEL)?;
     }
-    let keeps = |k: u32| {
-        let (image, n) = kept[k as usize];
-        2 * n >= image.funcs()
-    };
-    let mut images = AreaVec::<Arc<Image>>::with_capacity(kept.len() + 1, GFP_KERNEL)?;
-    for k in 0..kept.len() {
-        if keeps(k as u32) {
-            images.push(kept[k].0.clone(), GFP_KERNEL)?;
+    let keeps = |k: usize| 2 * kept[k] >= old_images[k].funcs();
+    let mut images = AreaVec::<Arc<Image>>::with_capacity(old_images.len() + 1, GFP_KERNEL)?;
+    for (k, image) in old_images.iter().enumerate() {
+        if keeps(k) {
+            images.push(image.clone(), GFP_KERNEL)?;
         }
     }
     let mut fresh = AreaVec::<u32>::new();
-    for (i, cand) in cands.into_iter().enumerate() {
+    for (i, cand) in cands.iter().enumerate() {
         match cand {
-            Some((addr, slots, k)) if keeps(k) => {
-                funcs[i].progs = slots;
-                tramps[i] = addr;
+            Some(r) if keeps(r.image) => {
+                funcs[i].progs = r.slots;
+                tramps[i] = r.addr;
             }
             _ if own => fresh.push(i as u32, GFP_KERNEL)?,
             _ => {}
