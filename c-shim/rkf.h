@@ -32,8 +32,9 @@
  *
  * ctx[0..11] are the arguments (0 past the function's own beyond the registers, as far
  * as its programs read, but the return value slots below on exit), ctx[12]
- * the return value, kept there by the trampolines (no program reads it: the verifier
- * allows MAX_BPF_FUNC_ARGS u64 of ctx).  bpf_get_func_ret() reads it at ctx[nr_args],
+ * the return value, kept there by the trampolines with an exit, or, in the code that
+ * functions without one share, the function's first program slot (no program reads it:
+ * the verifier allows MAX_BPF_FUNC_ARGS u64 of ctx).  bpf_get_func_ret() reads it at ctx[nr_args],
  * and programs against rkf_multi_tmpl6() at ctx[6], which gets it too for a function of
  * at most six arguments (wider functions take only rkf_multi_tmpl12()'s programs).
  */
@@ -282,7 +283,9 @@ struct rkf_multi_prog {
  * struct rkf_multi_func - one traced function, as the trampoline sees it
  * @ret_ip:    the return address into it, its ftrace site + MCOUNT_INSN_SIZE: what the
  *             shared trampoline finds it by
- * @addr:      its address (bpf_get_func_ip())
+ * @progs:     its programs: the slots of its generated trampoline, in the image that
+ *             the table keeps, or, where it takes the shared trampoline, an array the
+ *             table keeps (rust/multi/table.rs)
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
  * @ctx_args:  the argument slots of ctx its trampoline fills: @nr_args, or more if one
  *             of its programs reads more (rkf_multi_prog_ctx_args()), at most
@@ -294,20 +297,22 @@ struct rkf_multi_prog {
  * @nr_progs:  all programs (at most MAX_LINKS_PER_FUNC of rust/core/src/multi/rules.rs):
  *             the session ones follow the fentry ones, and the fexit ones the session
  *             ones
- * @progs:     its programs: the slots of its generated trampoline, in the image that
- *             the table keeps, or, where it takes the shared trampoline, an array the
- *             table keeps (rust/multi/table.rs)
+ * @site_offset: how far its ftrace site is into it (0, or 4 past an ENDBR; at most
+ *             255): its address, bpf_get_func_ip(), is @ret_ip - MCOUNT_INSN_SIZE -
+ *             @site_offset
+ *
+ * 24 bytes, one per traced function.
  */
 struct rkf_multi_func {
 	unsigned long ret_ip;
-	unsigned long addr;
+	const struct rkf_multi_prog *progs;
 	u8 nr_args;
 	u8 ctx_args;
 	u8 sleepable;
 	u8 nr_session;
-	u16 nr_fentry;
-	u16 nr_progs;
-	const struct rkf_multi_prog *progs;
+	u8 nr_fentry;
+	u8 nr_progs;
+	u8 site_offset;
 };
 
 /**

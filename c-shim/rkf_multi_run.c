@@ -24,6 +24,7 @@ static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
 static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARGS);
 static_assert(RKF_MULTI_MAX_ARGS <= U8_MAX);	/* struct rkf_multi_func's @nr_args, @ctx_args */
+static_assert(sizeof(struct rkf_multi_func) == 24);	/* one per traced function */
 #define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[12] */
 #define RKF_MULTI_CTX_RET6	RKF_MULTI_REG_ARGS			/* ctx[6] */
 /* The seventh argument, where the traced function's caller passed it. */
@@ -386,7 +387,7 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f, u64 
 		for (i = RKF_MULTI_REG_ARGS; i < f->ctx_args; i++)
 			ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
 	ctx[-1] = f->nr_args;
-	ctx[-2] = f->addr;
+	ctx[-2] = f->ret_ip - MCOUNT_INSN_SIZE - f->site_offset;
 	for (i = 0; i < f->nr_fentry; i++)
 		rkf_multi_run_one(&p[i], ctx, any);
 	if (unlikely(f->nr_session))

@@ -77,14 +77,14 @@ pub struct rkf_multi_prog {
 #[repr(C)]
 pub struct rkf_multi_func {
     pub ret_ip: ffi::c_ulong,
-    pub addr: ffi::c_ulong,
+    pub progs: *const rkf_multi_prog,
     pub nr_args: u8_,
     pub ctx_args: u8_,
     pub sleepable: u8_,
     pub nr_session: u8_,
-    pub nr_fentry: u16_,
-    pub nr_progs: u16_,
-    pub progs: *const rkf_multi_prog,
+    pub nr_fentry: u8_,
+    pub nr_progs: u8_,
+    pub site_offset: u8_,
 }
 #[repr(C)]
 pub struct rkf_multi_table {

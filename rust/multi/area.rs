@@ -8,8 +8,8 @@
 //! counters, and what an attach computes on the way.  [`KVVec`](kernel::alloc::KVVec)'s
 //! `kvmalloc()` tries kmalloc() at every size, and a kmalloc() larger than its caches
 //! takes a power of two of pages: on the distro kernel an attach and detach of 43,713
-//! functions asked for 25.8 MB in such arrays and were given 35.3 MB (the table's 32-byte
-//! entries, 1.4 MB, took 2 MiB).  Past `PAGE_ALLOC_COSTLY_ORDER`, the order up to
+//! functions asked for 25.8 MB in such arrays and were given 35.3 MB (the table's entries,
+//! 32 bytes each then, 1.4 MB, took 2 MiB).  Past `PAGE_ALLOC_COSTLY_ORDER`, the order up to
 //! which the page allocator tries hard, an [`Area`] takes a vmalloc area instead, whose
 //! size is rounded up to a page only; below it, it is [`KVmalloc`] as it is.
 

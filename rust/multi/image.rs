@@ -13,9 +13,12 @@ use kernel::{
 
 use super::area::AreaVec;
 use crate::{
-    rkf_h,
+    multi_table, rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
 };
+
+// Shared code finds a function's program k at its first slot + k * SLOT.
+const _: () = assert!(size_of::<rkf_h::rkf_multi_prog>() == tramp_core::SLOT as usize);
 
 /// Generated trampolines in BPF text.
 ///
@@ -136,6 +139,8 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) ctx_args: u32,
     /// Its address.
     pub(crate) addr: u64,
+    /// How far its ftrace site is into it: `ret_ip` is `addr` + this + 5.
+    pub(crate) site_offset: u32,
     /// Its ftrace site + 5: where its body goes on.
     pub(crate) ret_ip: u64,
     /// Its programs, fentry, session then fexit, in the order they run.
@@ -148,7 +153,35 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) sleepable: bool,
 }
 
+/// A shape of shared code: functions whose programs are all fentry ones, with the same
+/// argument count, ctx slots filled, program count, sleepability and ftrace site offset,
+/// share one code in an image and have a stub each (`tramp_core::Shared`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    nr_args: u32,
+    saved: u32,
+    nr_fentry: u32,
+    sleepable: bool,
+    site_offset: u32,
+}
+
 impl FuncCode<'_> {
+    /// The shape of shared code it runs through, if it has no exit (`tramp_core::emit()`
+    /// is the code of one that has).
+    fn shape(&self) -> Option<Shape> {
+        let nr_fentry = u32::try_from(self.nr_fentry).ok()?;
+        (self.exit().is_none()
+            && self.site_offset <= tramp_core::MAX_SITE_OFFSET
+            && nr_fentry <= tramp_core::MAX_SHARED_PROGS)
+            .then_some(Shape {
+                nr_args: self.nr_args,
+                saved: self.ctx_args,
+                nr_fentry,
+                sleepable: self.sleepable,
+                site_offset: self.site_offset,
+            })
+    }
+
     /// The shape of its exit, if it has one: its session and fexit programs.
     fn exit(&self) -> Option<(u32, u32)> {
         let nr_fexit = self.progs.len() - self.nr_fentry - self.nr_session;
@@ -168,20 +201,26 @@ impl FuncCode<'_> {
         self.exit().is_some() || self.sleepable
     }
 
-    /// What it runs its entry and exit runs through (c-shim/rkf_multi_run.c).
+    /// What it runs its entry and exit runs through.
     fn runners(&self) -> (u64, u64) {
-        let addr = |f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64)| {
-            f as *const () as usize as u64
-        };
-        if self.sleepable {
-            let any = addr(rkf_h::rkf_multi_run_sleepable_slot);
-            (any, any)
-        } else {
-            (
-                addr(rkf_h::rkf_multi_run_prog),
-                addr(rkf_h::rkf_multi_run_exit),
-            )
-        }
+        runners(self.sleepable)
+    }
+}
+
+/// What a function runs its entry and exit runs through (c-shim/rkf_multi_run.c), with a
+/// `sleepable` program or without.
+fn runners(sleepable: bool) -> (u64, u64) {
+    let addr = |f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64)| {
+        f as *const () as usize as u64
+    };
+    if sleepable {
+        let any = addr(rkf_h::rkf_multi_run_sleepable_slot);
+        (any, any)
+    } else {
+        (
+            addr(rkf_h::rkf_multi_run_prog),
+            addr(rkf_h::rkf_multi_run_exit),
+        )
     }
 }
 
@@ -220,32 +259,82 @@ pub(crate) struct Placed {
     pub(crate) slots: *const rkf_h::rkf_multi_prog,
 }
 
+/// The shared code of `shape` in an image whose calls in flight are counted in
+/// `inflight`, for a cpu that wants `m`.
+fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
+    tramp_core::Shared {
+        nr_args: shape.nr_args,
+        saved: shape.saved,
+        nr_fentry: shape.nr_fentry,
+        site_offset: shape.site_offset,
+        run: runners(shape.sleepable).0,
+        // Its functions have no exit: those with a sleepable program count their calls
+        // around their programs (`FuncCode::counted()`).
+        counted: shape.sleepable.then_some(inflight),
+        mitigations: *m,
+    }
+}
+
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
 /// slots of exit runs and sleepable runs name): returns the image and where it put each
-/// function.
+/// function.  A function with an exit (fexit or session programs) gets code of its own;
+/// the others share code by shape, one copy per shape at the start of the image, and
+/// each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes a function
+/// instead of 64 to 112 for the same code of its own.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
     detached: &[&Arc<Atomic<bool>>],
     m: &Mitigations,
 ) -> Result<(Arc<Image>, AreaVec<Placed>)> {
-    // Per function: its offset in the code, the slots of ctx to fill and its length.
-    let mut layout = AreaVec::<(usize, u32, usize)>::with_capacity(funcs.len(), GFP_KERNEL)?;
-    let (mut size, mut nr_slots, mut counts_calls) = (0usize, 0usize, false);
+    // The shapes of shared code, sorted, each once.
+    let mut shapes = AreaVec::<Shape>::new();
+    for f in funcs {
+        if let Some(shape) = f.shape() {
+            shapes.push(shape, GFP_KERNEL)?;
+        }
+    }
+    multi_table::sort_by_key(&mut shapes, |k| *k);
+    let mut kept = 0;
+    for i in 0..shapes.len() {
+        if kept == 0 || shapes[kept - 1] != shapes[i] {
+            shapes[kept] = shapes[i];
+            kept += 1;
+        }
+    }
+    shapes.truncate(kept);
+    // Where each shape's code starts, and its length; `inflight` does not change them.
+    let mut shape_at = AreaVec::<(usize, usize)>::with_capacity(shapes.len(), GFP_KERNEL)?;
+    let mut size = 0usize;
+    for shape in shapes.iter() {
+        size = tramp_core::align(size);
+        let len = tramp_core::shared_len(&shared(shape, 0, m));
+        shape_at.push((size, len), GFP_KERNEL)?;
+        size += len;
+    }
+    // Per function: its offset in the code, the slots of ctx to fill and its length,
+    // and the shape it shares code with, if any.
+    let mut layout =
+        AreaVec::<(usize, u32, usize, Option<usize>)>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    let (mut nr_slots, mut counts_calls) = (0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
         counts_calls |= f.counts_calls();
         size = tramp_core::align(size);
-        let len = tramp_core::len(
-            f.nr_args,
-            saved,
-            f.nr_fentry as u32,
-            f.exit(),
-            f.counted(),
-            m,
-        );
-        layout.push((size, saved, len), GFP_KERNEL)?;
+        let shape = f.shape().and_then(|k| shapes.binary_search(&k).ok());
+        let len = match shape {
+            Some(_) => tramp_core::STUB,
+            None => tramp_core::len(
+                f.nr_args,
+                saved,
+                f.nr_fentry as u32,
+                f.exit(),
+                f.counted(),
+                m,
+            ),
+        };
+        layout.push((size, saved, len, shape), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
     }
@@ -300,10 +389,15 @@ pub(crate) fn generate(
     let slots = image.data.as_ref().map_or(&[][..], |d| &d.slots[..]);
     // int3 between the trampolines.
     let mut buf = AreaVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
+    for (shape, &(at, len)) in shapes.iter().zip(shape_at.iter()) {
+        let code_at = (code + at) as u64;
+        tramp_core::emit_shared(&mut buf[at..at + len], code_at, &shared(shape, inflight, m))
+            .map_err(|_| ERANGE)?;
+    }
     let mut first_slot = 0usize;
     let mut slot_addrs = AreaVec::<u64>::new();
     let mut placed = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    for (f, &(at, saved, len)) in funcs.iter().zip(layout.iter()) {
+    for (f, &(at, saved, len, shape)) in funcs.iter().zip(layout.iter()) {
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took
         // over 10 s under TCG: not in one stretch without an RCU tasks quiescent state.
@@ -312,10 +406,6 @@ pub(crate) fn generate(
         unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
         let n = f.progs.len();
         let own = &slots[first_slot..first_slot + n];
-        slot_addrs.clear();
-        for s in own {
-            slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
-        }
         placed.push(
             Placed {
                 addr: code + at,
@@ -324,6 +414,17 @@ pub(crate) fn generate(
             GFP_KERNEL,
         )?;
         first_slot += n;
+        let (out, ip) = (&mut buf[at..at + len], (code + at) as u64);
+        if let Some(k) = shape {
+            // Its first slot, to the code of its shape.
+            let shared_at = (code + shape_at[k].0) as u64;
+            tramp_core::emit_stub(out, ip, own.as_ptr() as u64, shared_at).map_err(|_| ERANGE)?;
+            continue;
+        }
+        slot_addrs.clear();
+        for s in own {
+            slot_addrs.push(ptr::from_ref(s) as u64, GFP_KERNEL)?;
+        }
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
         let (run, run_exit) = f.runners();
@@ -344,7 +445,7 @@ pub(crate) fn generate(
             counted: f.counted().then_some(inflight),
             mitigations: *m,
         };
-        tramp_core::emit(&mut buf[at..at + len], (code + at) as u64, &spec).map_err(|_| ERANGE)?;
+        tramp_core::emit(out, ip, &spec).map_err(|_| ERANGE)?;
     }
     // SAFETY: `buf` holds the image's `size` bytes.
     kernel::error::to_result(unsafe {

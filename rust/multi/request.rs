@@ -35,7 +35,7 @@ pub(crate) struct Target {
     /// Its cookie.
     pub(crate) cookie: u64,
     /// How far the site is into the function.
-    offset: u32,
+    pub(crate) offset: u32,
     /// Its argument count.
     pub(crate) nr_args: u32,
 }
@@ -245,10 +245,11 @@ unsafe fn check_target(
         return Err(refuse(Reason::WrongAddress));
     }
     let site = ftrace::site_of(addr).ok_or_else(|| refuse(Reason::NotTraceable))?;
-    // ftrace_location() gives a site inside the function, at or after its address.
+    // ftrace_location() gives a site inside the function, at or after its address: at
+    // it, or past its ENDBR (`struct rkf_multi_func` keeps the distance in a byte).
     let offset = site
         .checked_sub(addr)
-        .and_then(|d| u32::try_from(d).ok())
+        .and_then(|d| u8::try_from(d).ok())
         .ok_or_else(|| refuse(Reason::NotTraceable))?;
     if prog.sleepable {
         // SAFETY: the module, if any, is alive (this function's contract); any address
@@ -261,7 +262,7 @@ unsafe fn check_target(
     Ok(Target {
         site,
         cookie: 0,
-        offset,
+        offset: offset.into(),
         nr_args,
     })
 }

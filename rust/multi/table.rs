@@ -25,8 +25,8 @@ use crate::{
 };
 
 // `struct rkf_multi_func`'s @nr_fentry and @nr_progs; one of them per traced function.
-const _: () = assert!(MAX_LINKS_PER_FUNC <= u16::MAX as u32);
-const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 32);
+const _: () = assert!(MAX_LINKS_PER_FUNC <= u8::MAX as u32);
+const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 24);
 
 /// `MCOUNT_INSN_SIZE`: the return address into a traced function is its site plus the
 /// call.
@@ -152,7 +152,8 @@ impl Table {
             funcs.push(
                 rkf_h::rkf_multi_func {
                     ret_ip: (site + MCOUNT_INSN_SIZE) as usize,
-                    addr: t.addr() as usize,
+                    // At most 255: request::check_target().
+                    site_offset: t.offset as u8,
                     // At most `MAX_ARGS`: rules::check_shape().
                     nr_args: t.nr_args as u8,
                     ctx_args: ctx_args as u8,
@@ -160,8 +161,8 @@ impl Table {
                     // At most `MAX_SESSIONS_PER_FUNC` and `MAX_LINKS_PER_FUNC`:
                     // Registry::check_against_links().
                     nr_session: session as u8,
-                    nr_fentry: fentry as u16,
-                    nr_progs: (end - start) as u16,
+                    nr_fentry: fentry as u8,
+                    nr_progs: (end - start) as u8,
                     // Set below, once its trampoline is known.
                     progs: ptr::null(),
                 },
@@ -256,7 +257,7 @@ impl Table {
             .ok()?;
         let o = &self.funcs[i];
         let old = self.progs_of(i);
-        let same = o.addr == f.addr
+        let same = o.site_offset == f.site_offset
             && o.nr_args == f.nr_args
             && o.nr_fentry == f.nr_fentry
             && o.nr_session == f.nr_session
@@ -380,7 +381,8 @@ fn trampolines(
                 FuncCode {
                     nr_args: f.nr_args.into(),
                     ctx_args: f.ctx_args.into(),
-                    addr: f.addr as u64,
+                    addr: f.ret_ip as u64 - MCOUNT_INSN_SIZE - u64::from(f.site_offset),
+                    site_offset: f.site_offset.into(),
                     ret_ip: f.ret_ip as u64,
                     progs: new.progs(i as usize, f),
                     nr_fentry: f.nr_fentry.into(),

@@ -83,6 +83,12 @@
 //! until the exit run, which, the code being the function's, is always that of the same
 //! program.
 //!
+//! A function without an exit (fentry programs only) need not have code of its own: the
+//! functions of one shape in an image share one copy of it ([`Shared`],
+//! [`emit_shared()`]), and each has a 16-byte stub that hands it the function's first
+//! slot ([`emit_stub()`]).  The function's address, the one constant such code cannot
+//! build in, it takes from the return address into the function.
+//!
 //! Like a BPF trampoline, the code restores the argument registers BTF says the function
 //! takes, and for a function of more than six arguments copies the ones the caller
 //! passed on the stack into ctx, and again onto its own stack to call the body
@@ -257,7 +263,9 @@ pub struct Spec<'a> {
 pub enum EmitError {
     /// More than [`MAX_ARGS`] slots, fewer filled than arguments, more than
     /// [`MAX_SESSIONS`] sessions, no program, an exit without exit runs, or a count
-    /// around the programs with an exit or without fentry programs.
+    /// around the programs with an exit or without fentry programs; for [`Shared`] code,
+    /// more than [`MAX_SHARED_PROGS`] programs or a site more than [`MAX_SITE_OFFSET`]
+    /// bytes into its functions.
     BadShape,
     /// The buffer is not `len()` bytes.
     BadBuffer,
@@ -426,6 +434,70 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// The call that entered the trampoline (ftrace's site calls it directly), then
+    /// `push rbp; mov rbp, rsp; sub rsp, size`.
+    fn prologue(&mut self, at: u64, m: &Mitigations, size: u32) -> Result<(), EmitError> {
+        self.account(at, m)?;
+        self.bytes(&[0x55, 0x48, 0x89, 0xe5]);
+        match i8::try_from(size) {
+            Ok(f) => self.bytes(&[0x48, 0x83, 0xec, f as u8]),
+            Err(_) => {
+                self.bytes(&[0x48, 0x81, 0xec]);
+                self.u32(size);
+            }
+        }
+        Ok(())
+    }
+
+    /// The `n` arguments into ctx, and 0 into its slots up to `saved`, then the argument
+    /// count into ctx[-1]; uses rax.
+    fn save_args(&mut self, n: usize, saved: usize) {
+        let regs = REG_ARGS as usize;
+        let slot = |i: usize| CTX + 8 * i as i8;
+        for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
+            self.rbp_mov(reg, slot(i), true);
+        }
+        for i in regs..saved {
+            if i < n {
+                // mov rax, [rbp+STACK_ARGS+8*(i-6)]; mov [rbp+CTX+8*i], rax
+                self.rbp_mov((0, false), STACK_ARGS + 8 * (i - regs) as i8, false);
+                self.rbp_mov((0, false), slot(i), true);
+            } else {
+                // mov qword [rbp+CTX+8*i], 0
+                self.bytes(&[0x48, 0xc7, 0x45, slot(i) as u8]);
+                self.u32(0);
+            }
+        }
+        // mov qword [rbp+NR_ARGS], imm32
+        self.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
+        self.u32(n as u32);
+    }
+
+    /// The argument registers of a function of `n` arguments, back from ctx.
+    fn restore_args(&mut self, n: usize) {
+        for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
+            self.rbp_mov(reg, CTX + 8 * i as i8, false);
+        }
+    }
+
+    /// `ret; int3`, or `jmp` to the return thunk where the cpu wants one.
+    fn ret(&mut self, at: u64, m: &Mitigations) -> Result<(), EmitError> {
+        match m.return_thunk {
+            Some(thunk) => self.branch(at, &[0xe9], thunk),
+            None => {
+                self.bytes(&[0xc3, 0xcc]);
+                Ok(())
+            }
+        }
+    }
+
+    /// `movabs rax, counter`, then `inc` or `dec` this cpu's (`op`).
+    fn count(&mut self, counter: u64, op: &[u8; 4]) {
+        self.bytes(&MOVABS_RAX);
+        self.u64(counter);
+        self.bytes(op);
+    }
+
     /// Runs each of `slots` through `run`: `run(slot, ctx)`.
     fn progs(
         &mut self,
@@ -501,56 +573,23 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         return Err(EmitError::BadBuffer);
     }
     let regs = REG_ARGS as usize;
-    let slot = |i: usize| CTX + 8 * i as i8;
     let stack_arg = |i: usize| STACK_ARGS + 8 * (i - regs) as i8;
     let mut o = Out { buf, pos: 0 };
-    // The call that entered the trampoline: ftrace's site calls it directly.
-    o.account(at, m)?;
     let sessions = t.exit.map_or(&[][..], |e| e.sessions);
-    // push rbp; mov rbp, rsp; sub rsp, frame
-    o.bytes(&[0x55, 0x48, 0x89, 0xe5]);
-    let size = frame(sessions.len() as u32);
-    match i8::try_from(size) {
-        Ok(f) => o.bytes(&[0x48, 0x83, 0xec, f as u8]),
-        Err(_) => {
-            o.bytes(&[0x48, 0x81, 0xec]);
-            o.u32(size);
-        }
-    }
-    for (i, &reg) in ARG_REGS.iter().take(saved).enumerate() {
-        o.rbp_mov(reg, slot(i), true);
-    }
-    for i in regs..saved {
-        if i < n {
-            // mov rax, [rbp+STACK_ARGS+8*(i-6)]; mov [rbp+CTX+8*i], rax
-            o.rbp_mov((0, false), stack_arg(i), false);
-            o.rbp_mov((0, false), slot(i), true);
-        } else {
-            // mov qword [rbp+CTX+8*i], 0
-            o.bytes(&[0x48, 0xc7, 0x45, slot(i) as u8]);
-            o.u32(0);
-        }
-    }
-    // mov qword [rbp+NR_ARGS], imm32
-    o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
-    o.u32(t.nr_args);
+    o.prologue(at, m, frame(sessions.len() as u32))?;
+    o.save_args(n, saved);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
     o.bytes(&MOVABS_RAX);
     o.u64(t.addr);
     o.rbp_mov((0, false), FUNC_IP, true);
     if let Some(c) = t.exit.map(|e| e.inflight).or(t.counted) {
-        // movabs rax, inflight; inc qword gs:[rax]
-        o.bytes(&MOVABS_RAX);
-        o.u64(c);
-        o.bytes(&INC_GS_RAX);
+        o.count(c, &INC_GS_RAX);
     }
     o.progs(at, m, t.slots, t.run)?;
     if let Some(c) = t.counted {
-        // movabs rax, inflight; dec qword gs:[rax]: past the programs the task runs
-        // only the rest of this code, which an RCU tasks grace period waits out.
-        o.bytes(&MOVABS_RAX);
-        o.u64(c);
-        o.bytes(&DEC_GS_RAX);
+        // Past the programs the task runs only the rest of this code, which an RCU tasks
+        // grace period waits out.
+        o.count(c, &DEC_GS_RAX);
     }
     if !sessions.is_empty() {
         // mov qword [rbp+COOKIES-8*k], 0: each session's cookie starts at 0.
@@ -569,9 +608,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         }
         o.sessions(at, m, t.nr_args, sessions, t.run, false)?;
     }
-    for (i, &reg) in ARG_REGS.iter().take(n).enumerate() {
-        o.rbp_mov(reg, slot(i), false);
-    }
+    o.restore_args(n);
     if let Some(e) = &t.exit {
         // push qword [rbp+STACK_ARGS+8*(i-6)], the last first: the body finds its stack
         // arguments above its return address, as its caller left them.
@@ -605,9 +642,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         }
         o.progs(at, m, e.slots, e.run)?;
         // out: movabs rax, inflight; dec qword gs:[rax]; mov rax, [rbp+RET]
-        o.bytes(&MOVABS_RAX);
-        o.u64(e.inflight);
-        o.bytes(&DEC_GS_RAX);
+        o.count(e.inflight, &DEC_GS_RAX);
         o.rbp_mov((0, false), RET, false);
     }
     // leave
@@ -616,11 +651,161 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         // add rsp, 8: return to the function's caller, past the return into its body.
         o.bytes(&[0x48, 0x83, 0xc4, 0x08]);
     }
-    match m.return_thunk {
-        Some(thunk) => o.branch(at, &[0xe9], thunk)?,
-        // ret; int3
-        None => o.bytes(&[0xc3, 0xcc]),
+    o.ret(at, m)?;
+    debug_assert_eq!(o.pos, o.buf.len());
+    Ok(())
+}
+
+/// Bytes of a program's slot (`struct rkf_multi_prog`, asserted by rkf_multi): shared
+/// code finds a function's program `k` at its first slot plus `k * SLOT`.
+pub const SLOT: u32 = 40;
+
+/// Where shared code keeps the function's first slot: ctx[12], where a trampoline with
+/// an exit keeps the return value, which no program of a function without one reads
+/// (programs read at most twelve u64 of ctx).
+pub const FIRST_SLOT: i8 = RET;
+
+/// Bytes of a stub ([`emit_stub()`]), each at a trampoline start.
+pub const STUB: usize = 16;
+
+/// The code the functions of one shape share in an image, for functions whose programs
+/// are all fentry ones (no exit): each function's own code is a stub
+/// ([`emit_stub()`]) that puts its first slot in rax and jumps here.  It is what [`emit()`]
+/// writes for such a function but for two things it cannot build in: it keeps the first
+/// slot in the frame and finds program `k`'s at `k * SLOT` past it, and it takes the
+/// function's address (`bpf_get_func_ip()`) from the return address into the function,
+/// its ftrace site + 5, less 5 and `site_offset`, the same for every function of the
+/// shape.
+///
+/// ```text
+/// [account]                                     the entry's call
+/// push rbp; mov rbp, rsp; sub rsp, 120
+/// mov [rbp-8], rax                              the first slot
+/// mov [rbp-104+8*i], <arg i> ...                as emit(), ctx[0..saved] and ctx[-1]
+/// mov rax, [rbp+8]; sub rax, 5+site_offset; mov [rbp-120], rax    ctx[-2]
+/// [movabs rax, &inflight; inc qword gs:[rax]]   counted
+/// for each program k:
+///     mov rdi, [rbp-8]; [add rdi, 40*k]; lea rsi, [rbp-104]
+///     [account]; call run                       run(slot, ctx)
+/// [movabs rax, &inflight; dec qword gs:[rax]]   counted
+/// mov <arg i>, [rbp-104+8*i] ...
+/// leave; ret; int3            or  leave; jmp <return thunk>
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Shared {
+    /// Its functions' argument count, at most [`MAX_ARGS`].
+    pub nr_args: u32,
+    /// The slots of ctx filled: at least `nr_args`, at most [`MAX_ARGS`].
+    pub saved: u32,
+    /// The fentry programs each of its functions runs, at least one.
+    pub nr_fentry: u32,
+    /// How far into each of its functions the ftrace site is (0, or 4 past an ENDBR):
+    /// `bpf_get_func_ip()` gives the function's address.
+    pub site_offset: u32,
+    /// The address of `rkf_multi_run_prog()` (`rkf_multi_run_sleepable_slot()` for
+    /// functions with a sleepable program).
+    pub run: u64,
+    /// As [`Spec::counted`]: the image's counters of calls in flight, for functions whose
+    /// fentry programs may sleep.
+    pub counted: Option<u64>,
+    /// What the cpu wants of the code.
+    pub mitigations: Mitigations,
+}
+
+/// The most programs [`Shared`] code runs, far above what a function has
+/// (`MAX_LINKS_PER_FUNC`): its slots' offsets are 32-bit.
+pub const MAX_SHARED_PROGS: u32 = 1024;
+
+/// The largest [`Shared::site_offset`]: the distance from the return address to the
+/// function's address is a 32-bit immediate.
+pub const MAX_SITE_OFFSET: u32 = 1 << 20;
+
+/// Bytes of shared code `s`.
+pub fn shared_len(s: &Shared) -> usize {
+    let a = s.mitigations.account_len();
+    let regs = |n: u32| n.min(REG_ARGS) as usize;
+    let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
+    let nr = s.nr_fentry as usize;
+    // Accounting, prologue 1+3+4, the first slot kept 4, a register slot 4 and any other
+    // slot 8, count 8, address 4+6+4, the count up and down 10+4 each, per program 4+4
+    // + accounting + 5 and 7 past the first, register loads 4 each, leave, the return.
+    a + 8
+        + 4
+        + 4 * regs(s.saved)
+        + 8 * beyond(s.saved)
+        + 8
+        + 14
+        + 28 * usize::from(s.counted.is_some())
+        + (13 + a) * nr
+        + 7 * nr.saturating_sub(1)
+        + 4 * regs(s.nr_args)
+        + 1
+        + s.mitigations.return_len()
+}
+
+/// Writes shared code `s` into `buf` (`shared_len()` bytes), which will be executed at
+/// `at`.  On error `buf` may hold part of it, to be discarded.
+pub fn emit_shared(buf: &mut [u8], at: u64, s: &Shared) -> Result<(), EmitError> {
+    if s.saved > MAX_ARGS
+        || s.nr_args > s.saved
+        || s.nr_fentry == 0
+        || s.nr_fentry > MAX_SHARED_PROGS
+        || s.site_offset > MAX_SITE_OFFSET
+    {
+        return Err(EmitError::BadShape);
     }
+    if buf.len() != shared_len(s) {
+        return Err(EmitError::BadBuffer);
+    }
+    let m = &s.mitigations;
+    let mut o = Out { buf, pos: 0 };
+    o.prologue(at, m, u32::from(FRAME))?;
+    // mov [rbp+FIRST_SLOT], rax: before the arguments, which use rax.
+    o.rbp_mov((0, false), FIRST_SLOT, true);
+    o.save_args(s.nr_args as usize, s.saved as usize);
+    // mov rax, [rbp+8]; sub rax, 5+site_offset; mov [rbp+FUNC_IP], rax
+    o.rbp_mov((0, false), 8, false);
+    o.bytes(&[0x48, 0x2d]);
+    o.u32(5 + s.site_offset);
+    o.rbp_mov((0, false), FUNC_IP, true);
+    if let Some(c) = s.counted {
+        o.count(c, &INC_GS_RAX);
+    }
+    for k in 0..s.nr_fentry {
+        // mov rdi, [rbp+FIRST_SLOT]; add rdi, SLOT*k; lea rsi, [rbp+CTX]; call run
+        o.rbp_mov((7, false), FIRST_SLOT, false);
+        if k > 0 {
+            o.bytes(&[0x48, 0x81, 0xc7]);
+            o.u32(SLOT * k);
+        }
+        o.bytes(&[0x48, 0x8d, 0x75, CTX as u8]);
+        o.account(at, m)?;
+        o.branch(at, &[0xe8], s.run)?;
+    }
+    if let Some(c) = s.counted {
+        o.count(c, &DEC_GS_RAX);
+    }
+    o.restore_args(s.nr_args as usize);
+    // leave
+    o.bytes(&[0xc9]);
+    o.ret(at, m)?;
+    debug_assert_eq!(o.pos, o.buf.len());
+    Ok(())
+}
+
+/// Writes a function's stub into `buf` ([`STUB`] bytes), which will be executed at `at`:
+/// `movabs rax, first_slot; jmp shared; int3`.  ftrace's site calls it directly, as it
+/// would the function's own trampoline, and it goes on to the [`Shared`] code of the
+/// function's shape by a direct jump: nothing on the way needs an ENDBR.
+pub fn emit_stub(buf: &mut [u8], at: u64, first_slot: u64, shared: u64) -> Result<(), EmitError> {
+    if buf.len() != STUB {
+        return Err(EmitError::BadBuffer);
+    }
+    let mut o = Out { buf, pos: 0 };
+    o.bytes(&MOVABS_RAX);
+    o.u64(first_slot);
+    o.branch(at, &[0xe9], shared)?;
+    o.bytes(&[0xcc]);
     debug_assert_eq!(o.pos, o.buf.len());
     Ok(())
 }

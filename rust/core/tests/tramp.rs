@@ -220,6 +220,41 @@ fn size(t: &Spec<'_>) -> usize {
     )
 }
 
+/// Checks instruction `i` (`s` as formatted) of generated code for a cpu that wants `m`:
+/// no indirect branch (the callers check every direct call's and `jne`'s target), a
+/// return as the cpu needs it (`ret`, or the jump to its return thunk), the call depth
+/// accounting on `__x86_call_depth`; names the last two in `s` as [`expected()`] does.
+fn returns_and_accounting(i: &Instruction, s: &mut String, m: &Mitigations) {
+    // No branch through a register or memory: every target is named here.
+    assert!(
+        !matches!(
+            i.flow_control(),
+            FlowControl::IndirectBranch | FlowControl::IndirectCall
+        ),
+        "indirect branch {s} at {:#x}",
+        i.ip()
+    );
+    match i.mnemonic() {
+        Mnemonic::Jmp => {
+            assert_eq!(Some(i.near_branch_target()), m.return_thunk, "jmp target");
+            *s = "jmp THUNK".to_string();
+        }
+        Mnemonic::Ret => assert!(
+            m.return_thunk.is_none(),
+            "a ret where the cpu wants return thunks"
+        ),
+        Mnemonic::Sar => {
+            // sar qword ptr gs:[rip+disp], 5 on __x86_call_depth.
+            assert_eq!(i.segment_prefix(), Register::GS, "{s}");
+            assert!(i.is_ip_rel_memory_operand(), "{s}");
+            assert_eq!(i.ip_rel_memory_address(), DEPTH, "{s}");
+            assert_eq!(i.immediate8(), 5, "{s}");
+            *s = "ACCOUNT".to_string();
+        }
+        _ => {}
+    }
+}
+
 fn check(at: u64, t: &Spec<'_>) {
     let m = &t.mitigations;
     let n = size(t);
@@ -238,15 +273,7 @@ fn check(at: u64, t: &Spec<'_>) {
     // Entry runs: fentry programs, then the sessions'.
     let entries = t.slots.len() + t.exit.map_or(0, |x| x.sessions.len());
     for (i, s) in insns.iter().zip(text.iter_mut()) {
-        // No branch through a register or memory: every target is named here.
-        assert!(
-            !matches!(
-                i.flow_control(),
-                FlowControl::IndirectBranch | FlowControl::IndirectCall
-            ),
-            "indirect branch {s} at {:#x}",
-            i.ip()
-        );
+        returns_and_accounting(i, s, m);
         match i.mnemonic() {
             Mnemonic::Call => {
                 let target = i.near_branch_target();
@@ -269,22 +296,6 @@ fn check(at: u64, t: &Spec<'_>) {
                 assert_eq!(Some(i.near_branch_target()), out, "jne target");
                 *s = "jne OUT".to_string();
             }
-            Mnemonic::Jmp => {
-                assert_eq!(Some(i.near_branch_target()), m.return_thunk, "jmp target");
-                *s = "jmp THUNK".to_string();
-            }
-            Mnemonic::Ret => assert!(
-                m.return_thunk.is_none(),
-                "a ret where the cpu wants return thunks"
-            ),
-            Mnemonic::Sar => {
-                // sar qword ptr gs:[rip+disp], 5 on __x86_call_depth.
-                assert_eq!(i.segment_prefix(), Register::GS, "{s}");
-                assert!(i.is_ip_rel_memory_operand(), "{s}");
-                assert_eq!(i.ip_rel_memory_address(), DEPTH, "{s}");
-                assert_eq!(i.immediate8(), 5, "{s}");
-                *s = "ACCOUNT".to_string();
-            }
             _ => {}
         }
     }
@@ -294,6 +305,123 @@ fn check(at: u64, t: &Spec<'_>) {
     assert_eq!(runs, entries + exits, "calls");
     // The code fills the buffer exactly.
     assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
+}
+
+/// What shared code must be, in the formatter's syntax: [`expected()`] for a function of
+/// its shape, but for the first slot kept in ctx[12] and each program's found from it, and
+/// the address taken from the return address into the function.
+fn expected_shared(s: &Shared) -> Vec<String> {
+    let (nr_args, saved, m) = (s.nr_args as usize, s.saved as usize, &s.mitigations);
+    let account = |e: &mut Vec<String>| {
+        if m.call_depth.is_some() {
+            e.push("ACCOUNT".to_string());
+        }
+    };
+    let slot = |i: usize| format!("[rbp-{:#x}]", -(CTX as i32) - 8 * i as i32);
+    let first = format!("[rbp-{:#x}]", -(FIRST_SLOT as i32));
+    assert_eq!(FIRST_SLOT, RET, "ctx[12]");
+    let mut e = Vec::new();
+    account(&mut e);
+    e.extend([
+        "push rbp".to_string(),
+        "mov rbp, rsp".to_string(),
+        "sub rsp, 0x78".to_string(),
+        format!("mov {first}, rax"),
+    ]);
+    for (i, r) in REGS.iter().enumerate().take(saved) {
+        e.push(format!("mov {}, {}", slot(i), r));
+    }
+    for i in 6..saved {
+        if i < nr_args {
+            e.push(format!("mov rax, [rbp+{:#x}]", 24 + 8 * (i - 6)));
+            e.push(format!("mov {}, rax", slot(i)));
+        } else {
+            e.push(format!("mov qword ptr {}, 0x0", slot(i)));
+        }
+    }
+    e.push(format!("mov qword ptr [rbp-0x70], {nr_args:#x}"));
+    // The return address into the function is its ftrace site + 5.
+    e.push("mov rax, [rbp+0x8]".to_string());
+    e.push(format!("sub rax, {:#x}", 5 + s.site_offset));
+    e.push("mov [rbp-0x78], rax".to_string());
+    if let Some(c) = s.counted {
+        e.push(format!("mov rax, {c:#x}"));
+        e.push("inc qword ptr gs:[rax]".to_string());
+    }
+    for k in 0..s.nr_fentry {
+        e.push(format!("mov rdi, {first}"));
+        if k > 0 {
+            e.push(format!("add rdi, {:#x}", 40 * k));
+        }
+        e.push(format!("lea rsi, {}", slot(0)));
+        account(&mut e);
+        e.push("call RUN".to_string());
+    }
+    if let Some(c) = s.counted {
+        e.push(format!("mov rax, {c:#x}"));
+        e.push("dec qword ptr gs:[rax]".to_string());
+    }
+    for (i, r) in REGS.iter().enumerate().take(nr_args) {
+        e.push(format!("mov {}, {}", r, slot(i)));
+    }
+    e.push("leave".to_string());
+    match m.return_thunk {
+        Some(_) => e.push("jmp THUNK".to_string()),
+        None => e.extend(["ret", "int3"].map(String::from)),
+    }
+    e
+}
+
+/// Checks shared code `s` at `at` as [`check()`] checks a trampoline.
+fn check_shared(at: u64, s: &Shared) {
+    let m = &s.mitigations;
+    let n = shared_len(s);
+    let mut buf = vec![0u8; n];
+    emit_shared(&mut buf, at, s).unwrap();
+    let (insns, mut text) = disasm(&buf, at);
+    let mut runs = 0;
+    for (i, t) in insns.iter().zip(text.iter_mut()) {
+        returns_and_accounting(i, t, m);
+        if i.mnemonic() == Mnemonic::Call {
+            assert_eq!(i.near_branch_target(), s.run, "call target");
+            *t = "call RUN".to_string();
+            runs += 1;
+        }
+    }
+    assert_eq!(text, expected_shared(s));
+    assert_eq!(runs, s.nr_fentry, "calls");
+    assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
+}
+
+/// Checks the stub at `at` that hands `first_slot` to the shared code at `shared`.
+fn check_stub(at: u64, first_slot: u64, shared: u64) {
+    let mut buf = [0u8; STUB];
+    emit_stub(&mut buf, at, first_slot, shared).unwrap();
+    let (insns, text) = disasm(&buf, at);
+    assert_eq!(
+        text[..1],
+        [format!("mov rax, {first_slot:#x}")],
+        "the first slot"
+    );
+    assert_eq!(insns[1].mnemonic(), Mnemonic::Jmp);
+    assert_eq!(insns[1].flow_control(), FlowControl::UnconditionalBranch);
+    assert_eq!(insns[1].near_branch_target(), shared, "jmp target");
+    assert_eq!(insns.len(), 2);
+    // int3 fills the rest.
+    assert_eq!(insns[1].next_ip() - at, STUB as u64 - 1);
+    assert_eq!(buf[STUB - 1], 0xcc);
+}
+
+fn shared(nr_args: u32, saved: u32, nr_fentry: u32, site_offset: u32, run: u64) -> Shared {
+    Shared {
+        nr_args,
+        saved,
+        nr_fentry,
+        site_offset,
+        run,
+        counted: None,
+        mitigations: Mitigations::default(),
+    }
 }
 
 fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'_> {
@@ -394,6 +522,22 @@ fn every_arg_count() {
                 );
                 let t = tramp(nr, saved, addr, &[], run);
                 check(at, &on(m, with_sessions(t, &sessions, &[], body, run_exit)));
+                // Shared code, one program and several, plain and counted, for
+                // functions whose sites are at their start or past an ENDBR.
+                for (progs, offset) in [(1, 0), (3, 4), (38, 4)] {
+                    let s = Shared {
+                        mitigations: m,
+                        ..shared(nr, saved, progs, offset, run)
+                    };
+                    check_shared(at, &s);
+                    check_shared(
+                        at,
+                        &Shared {
+                            counted: Some(0xffff_8880_0777_0010),
+                            ..s
+                        },
+                    );
+                }
                 let t = tramp(nr, saved, addr, &slots[..1], run);
                 check(
                     at,
@@ -566,6 +710,53 @@ fn refusals() {
 }
 
 #[test]
+fn shared_refusals() {
+    let at = 0xffff_ff00_0000_0000u64;
+    let bad = |s: &Shared, extra: isize| {
+        let n = (shared_len(s) as isize + extra).max(0) as usize;
+        let mut buf = vec![0xaau8; n];
+        let e = emit_shared(&mut buf, at, s);
+        if matches!(e, Err(EmitError::BadShape | EmitError::BadBuffer)) {
+            assert!(buf.iter().all(|&b| b == 0xaa), "written on error");
+        }
+        e
+    };
+    assert_eq!(bad(&shared(13, 13, 1, 0, at), 0), Err(EmitError::BadShape));
+    assert_eq!(bad(&shared(2, 1, 1, 0, at), 0), Err(EmitError::BadShape));
+    assert_eq!(bad(&shared(1, 1, 0, 0, at), 0), Err(EmitError::BadShape));
+    assert_eq!(
+        bad(&shared(1, 1, MAX_SHARED_PROGS + 1, 0, at), 0),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(&shared(1, 1, 1, MAX_SITE_OFFSET + 1, at), 0),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(bad(&shared(1, 1, 1, 0, at), -1), Err(EmitError::BadBuffer));
+    assert_eq!(bad(&shared(1, 1, 1, 0, at), 1), Err(EmitError::BadBuffer));
+    assert_eq!(
+        bad(&shared(1, 1, 1, 0, at + (1 << 32)), 0),
+        Err(EmitError::TooFar)
+    );
+    check_shared(
+        at,
+        &shared(1, 1, MAX_SHARED_PROGS, MAX_SITE_OFFSET, at - (1 << 30)),
+    );
+    // The stub: its buffer, and a jump in reach.
+    let mut stub = [0u8; STUB + 1];
+    assert_eq!(emit_stub(&mut stub, at, 0, at), Err(EmitError::BadBuffer));
+    assert_eq!(
+        emit_stub(&mut stub[..STUB], at, 0, at - (1 << 32)),
+        Err(EmitError::TooFar)
+    );
+    check_stub(at, 0xffff_8880_0123_4000, at + (1 << 30));
+    check_stub(at, 0xffff_8880_0123_4000, at - (1 << 30));
+    // The slot is what rkf_multi's struct rkf_multi_prog is: five 8-byte fields.
+    assert_eq!(SLOT, 5 * 8);
+    assert!(STUB.is_multiple_of(ALIGN));
+}
+
+#[test]
 fn session_frame_and_meta() {
     // Fixed values, as include/linux/bpf.h and c-shim/rkf.h have them.
     assert_eq!((frame(0), frame(1), frame(8)), (120, 128, 184));
@@ -615,6 +806,30 @@ proptest! {
         check(at, &on(m, t));
         // Sleepable ones: counted around the runs.
         check(at, &on(m, counted(t)));
+    }
+
+    /// Shared code, and the stubs that jump to it.
+    #[test]
+    fn shared_decodes_as_intended(
+        nr in 0u32..=12,
+        extra in 0u32..=12,
+        progs in 1u32..=40,
+        offset in 0u32..=MAX_SITE_OFFSET,
+        at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
+        delta in -(1i64 << 30)..(1i64 << 30),
+        counter in any::<u64>(),
+        cpu in 0usize..4,
+        thunk_delta in -(1i64 << 30)..(1i64 << 30),
+        first_slot in any::<u64>(),
+    ) {
+        let saved = (nr + extra).min(12);
+        let s = Shared {
+            mitigations: cpus(at.wrapping_add(thunk_delta as u64))[cpu],
+            ..shared(nr, saved, progs, offset, at.wrapping_add(delta as u64))
+        };
+        check_shared(at, &s);
+        check_shared(at, &Shared { counted: Some(counter), ..s });
+        check_stub(at.wrapping_add(delta as u64), first_slot, at);
     }
 
     /// Exits: session programs, fexit programs or both, with and without fentry ones.
