@@ -65,6 +65,84 @@ int kprobe_multi(struct pt_regs *ctx)
 }
 
 /*
+ * Executable memory, for the memory column (tests/src/bin/rkf-bench/kmem.rs).
+ * /proc/meminfo sees the text of BPF trampolines and of rkf_multi's images only in whole
+ * 2 MiB steps: one pack of the BPF pack allocator (kernel/bpf/core.c) holds the text of
+ * many, and text of every kind comes from 2 MiB chunks of the execmem ROX cache
+ * (mm/execmem.c) on x86, so an attach adds a step or nothing, whatever it took.  These
+ * count, meanwhile, the vmalloc areas made inside an execmem_alloc() of text (taken out
+ * of the meminfo figure) and the text each caller asked for (put back): BPF text as the
+ * pack allocator rounds it, 64-byte chunks in a pack and pages beyond one, other text
+ * (ftrace's and kprobes' trampolines) in pages.  Module data is neither: a BPF
+ * trampoline update takes a page of it for a moment (arch_bpf_trampoline_size()), which
+ * meminfo does not see either.  Both are counted on entry, as asked for: an attempt
+ * that fails counts too.
+ */
+__u64 pack_size;		/* BPF_PROG_PACK_SIZE, set before the load */
+__u64 exec_vmalloc_bytes;
+__u64 text_bytes;
+
+#define TEXT_PAGE	4096ULL
+#define TEXT_CHUNK	64ULL
+
+/* The tasks inside an execmem_alloc() of text. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} in_text_alloc SEC(".maps");
+
+static __always_inline __u64 round_to(__u64 n, __u64 to)
+{
+	return (n + to - 1) & ~(to - 1);
+}
+
+SEC("kprobe/execmem_alloc")
+int BPF_KPROBE(text_alloc, enum execmem_type type, __u64 size)
+{
+	__u64 task = bpf_get_current_pid_tgid();
+	__u8 one = 1;
+
+	if (type != EXECMEM_MODULE_TEXT && type != EXECMEM_KPROBES && type != EXECMEM_FTRACE &&
+	    type != EXECMEM_BPF)
+		return 0;
+	/* BPF text is counted in bpf_text(), as asked for, not as the packs it fills. */
+	if (type != EXECMEM_BPF)
+		__sync_fetch_and_add(&text_bytes, round_to(size, TEXT_PAGE));
+	bpf_map_update_elem(&in_text_alloc, &task, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("kretprobe/execmem_alloc")
+int BPF_KRETPROBE(text_alloc_done)
+{
+	__u64 task = bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&in_text_alloc, &task);
+	return 0;
+}
+
+SEC("kprobe/__vmalloc_node_range_noprof")
+int BPF_KPROBE(exec_vmalloc, unsigned long size)
+{
+	__u64 task = bpf_get_current_pid_tgid();
+
+	if (bpf_map_lookup_elem(&in_text_alloc, &task))
+		__sync_fetch_and_add(&exec_vmalloc_bytes, round_to(size, TEXT_PAGE));
+	return 0;
+}
+
+SEC("kprobe/bpf_prog_pack_alloc")
+int BPF_KPROBE(bpf_text, __u32 size)
+{
+	__u64 n = size <= pack_size ? round_to(size, TEXT_CHUNK) : round_to(size, TEXT_PAGE);
+
+	__sync_fetch_and_add(&text_bytes, n);
+	return 0;
+}
+
+/*
  * rkf funclatency's measurement (user/bpf/funclatency.bpf.c) three ways: an rkf_multi
  * session, a kprobe_multi session (kprobe.session) and the kernel's own fsession on the
  * one function.  Each keeps the time in the call's cookie on entry and, on exit, adds

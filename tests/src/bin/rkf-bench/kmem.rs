@@ -7,6 +7,13 @@
 //! (`Percpu`).  A difference of two readings is what a method allocated in between,
 //! without the page cache and the free lists that make `MemFree` deltas noise; whole
 //! pages, so a few KiB either way for small sets.
+//!
+//! Executable memory is the exception: the text of BPF trampolines and of rkf_multi's
+//! images comes from 2 MiB packs (kernel/bpf/core.c), and text of every kind from 2 MiB
+//! chunks of the execmem ROX cache (mm/execmem.c), so `VmallocUsed` moves by a whole
+//! chunk or not at all, whatever a method took.  bench_multi.bpf.c's probes count the
+//! vmalloc areas made for text and the text each caller asked for ([`Text`]): a
+//! method's figure is the meminfo difference with the first replaced by the second.
 
 use std::time::Duration;
 
@@ -29,6 +36,29 @@ fn bytes(meminfo: &str) -> Result<u64> {
             .with_context(|| format!("/proc/meminfo: {line:?}"))?;
         Ok(sum + kb * 1024)
     })
+}
+
+/// Executable memory, as bench_multi.bpf.c's probes count it since they were attached.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Text {
+    /// Bytes of the vmalloc areas made inside an `execmem_alloc()` of text: in
+    /// `VmallocUsed` too.
+    pub(crate) areas: u64,
+    /// Bytes of text asked for: BPF text in the pack allocator's 64-byte chunks (pages
+    /// for one larger than a pack), any other in pages.
+    pub(crate) asked: u64,
+}
+
+/// What was allocated between `before` and `after` (an [`allocated()`] reading with the
+/// [`Text`] counts at the time): the meminfo difference, its executable areas replaced
+/// by the text asked for; and that text.
+pub(crate) fn between(before: (u64, Text), after: (u64, Text)) -> (i64, u64) {
+    let areas = after.1.areas - before.1.areas;
+    let asked = after.1.asked - before.1.asked;
+    (
+        after.0 as i64 - before.0 as i64 - areas as i64 + asked as i64,
+        asked,
+    )
 }
 
 /// The kernel's allocated bytes now: slab and large kmalloc pages, vmalloc pages and
@@ -66,6 +96,29 @@ pub(crate) fn settled() -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_replaces_its_areas() {
+        let t = |areas, asked| Text { areas, asked };
+        // A new 2 MiB chunk for 10 KiB of text: the text counts, not the chunk.
+        assert_eq!(
+            between(
+                (1 << 30, t(0, 0)),
+                ((1 << 30) + (3 << 20), t(2 << 20, 10 << 10))
+            ),
+            ((1 << 20) + (10 << 10), 10 << 10)
+        );
+        // Text in a chunk that was there already: meminfo did not see it.
+        assert_eq!(
+            between((5 << 20, t(2 << 20, 64)), (6 << 20, t(2 << 20, 64 + 4096))),
+            ((1 << 20) + 4096, 4096)
+        );
+        // Frees meanwhile still show, as a negative difference.
+        assert_eq!(
+            between((5 << 20, t(0, 0)), (4 << 20, t(0, 0))),
+            (-(1 << 20), 0)
+        );
+    }
 
     #[test]
     fn sums_the_fields() {

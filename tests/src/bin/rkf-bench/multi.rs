@@ -131,28 +131,66 @@ fn tracing_multi_link(prog: &OwnedFd, ids: &[u32]) -> Result<OwnedFd> {
 struct Cost {
     attach: Duration,
     detach: Duration,
-    /// What the kernel allocated for the attached method ([`kmem::allocated()`]), per
+    /// What the kernel allocated for the attached method ([`kmem::between()`]), per
     /// function.
     bytes_per_func: i64,
+    /// Of that, the executable text asked for, per function.
+    text_per_func: u64,
+}
+
+impl Cost {
+    fn new(attach: Duration, detach: Duration, (bytes, text): (i64, u64), n: usize) -> Self {
+        Cost {
+            attach,
+            detach,
+            bytes_per_func: bytes / n as i64,
+            text_per_func: text / n as u64,
+        }
+    }
+}
+
+/// bench_multi.bpf.c's counts of executable memory, read now.
+fn text(skel: &BenchMultiSkel<'_>) -> Result<kmem::Text> {
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    // SAFETY: fields of the program's .bss, mapped for as long as `skel` lives; the
+    // probes write them, so each is read afresh.
+    let (areas, asked) = unsafe {
+        (
+            std::ptr::read_volatile(&bss.exec_vmalloc_bytes),
+            std::ptr::read_volatile(&bss.text_bytes),
+        )
+    };
+    Ok(kmem::Text { areas, asked })
+}
+
+/// A reading of the kernel's allocations with the executable memory counts: once
+/// settled, or now.
+fn reading(skel: &BenchMultiSkel<'_>, settle: bool) -> Result<(u64, kmem::Text)> {
+    let bytes = if settle {
+        kmem::settled()?
+    } else {
+        kmem::allocated()?
+    };
+    Ok((bytes, text(skel)?))
 }
 
 /// Times the attach and the detach (dropping what `attach` returned) of a method on `n`
 /// functions, and takes the kernel's allocations before (once settled: the frees of the
 /// previous method after grace periods done) and after the attach.
-fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
-    let before = kmem::settled()?;
+fn measure<T>(
+    skel: &BenchMultiSkel<'_>,
+    n: usize,
+    attach: impl FnOnce() -> Result<T>,
+) -> Result<Cost> {
+    let before = reading(skel, true)?;
     let t0 = Instant::now();
     let held = attach()?;
     let attach = t0.elapsed();
-    let after = kmem::allocated()?;
+    let after = reading(skel, false)?;
     let t1 = Instant::now();
     drop(held);
     let detach = t1.elapsed();
-    Ok(Cost {
-        attach,
-        detach,
-        bytes_per_func: (after as i64 - before as i64) / n as i64,
-    })
+    Ok(Cost::new(attach, detach, kmem::between(before, after), n))
 }
 
 /// Single fentry links, one for each of `progs`: [`measure()`] with the links made and
@@ -160,10 +198,10 @@ fn measure<T>(n: usize, attach: impl FnOnce() -> Result<T>) -> Result<Cost> {
 /// 1,000 links back to back kept this task in the kernel for 18 s of guest time without
 /// a voluntary switch, holding back an RCU tasks grace period (which the VM runner
 /// fails on); the sleep reports the quiescent state.
-fn measure_single_links(progs: &[OwnedFd]) -> Result<Cost> {
+fn measure_single_links(skel: &BenchMultiSkel<'_>, progs: &[OwnedFd]) -> Result<Cost> {
     const AT_ONCE: usize = 100;
     let pause = || std::thread::sleep(Duration::from_millis(1));
-    let before = kmem::settled()?;
+    let before = reading(skel, true)?;
     let (mut attach, mut detach) = (Duration::ZERO, Duration::ZERO);
     let mut links = Vec::with_capacity(progs.len());
     for chunk in progs.chunks(AT_ONCE) {
@@ -174,7 +212,7 @@ fn measure_single_links(progs: &[OwnedFd]) -> Result<Cost> {
         attach += t.elapsed();
         pause();
     }
-    let after = kmem::allocated()?;
+    let after = reading(skel, false)?;
     while !links.is_empty() {
         let rest = links.split_off(links.len().saturating_sub(AT_ONCE));
         let t = Instant::now();
@@ -182,11 +220,12 @@ fn measure_single_links(progs: &[OwnedFd]) -> Result<Cost> {
         detach += t.elapsed();
         pause();
     }
-    Ok(Cost {
+    Ok(Cost::new(
         attach,
         detach,
-        bytes_per_func: (after as i64 - before as i64) / progs.len() as i64,
-    })
+        kmem::between(before, after),
+        progs.len(),
+    ))
 }
 
 /// The cost per call that the loop `d` took above the loop `base`.
@@ -210,7 +249,22 @@ fn getpgid_loop() -> Duration {
 
 fn open(obj: &mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<BenchMultiSkel<'_>> {
     rkf::modules::require("rkf_multi")?;
-    skeleton::load::<BenchMultiSkelBuilder>(obj, "bench_multi.bpf.c", skeleton::as_built)
+    let pack_size = pack_size()?;
+    skeleton::load::<BenchMultiSkelBuilder>(obj, "bench_multi.bpf.c", |o| {
+        o.maps.bss_data.as_deref_mut().context("no .bss")?.pack_size = pack_size;
+        Ok(())
+    })
+}
+
+/// `BPF_PROG_PACK_SIZE` (kernel/bpf/core.c): 2 MiB for each possible NUMA node.
+fn pack_size() -> Result<u64> {
+    let nodes = match std::fs::read_to_string("/sys/devices/system/node/possible") {
+        Ok(list) => rkf::cpus::parse_cpu_list(list.trim())?.len() as u64,
+        // No NUMA: one node.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 1,
+        Err(e) => return Err(e).context("reading /sys/devices/system/node/possible"),
+    };
+    Ok((2 << 20) * nodes)
 }
 
 /// The program of a link on `__x64_sys_getpgid` alone ran on each of the `CALLS`
@@ -245,6 +299,20 @@ pub(crate) fn bench() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let skel = open(&mut obj)?;
 
+    // Executable memory counted from here on (kmem.rs).
+    let _text = [
+        &skel.progs.text_alloc,
+        &skel.progs.text_alloc_done,
+        &skel.progs.exec_vmalloc,
+        &skel.progs.bpf_text,
+    ]
+    .map(|p| {
+        p.attach()
+            .with_context(|| format!("attaching {}", p.name().to_string_lossy()))
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>>>()?;
+
     // Every function both rkf and the kernel's links can take.
     let pool = multi::resolve(&["*"])?;
     let funcs: Vec<Func> = pool.funcs;
@@ -257,30 +325,38 @@ pub(crate) fn bench() -> Result<()> {
         pool.skipped.values().map(Vec::len).sum::<usize>()
     );
     println!();
-    println!("| functions | method | attach (ms) | detach (ms) | memory per function (bytes) |");
-    println!("|----------:|--------|------------:|------------:|----------------------------:|");
+    println!(
+        "| functions | method | attach (ms) | detach (ms) | memory per function (bytes) | of which text |"
+    );
+    println!(
+        "|----------:|--------|------------:|------------:|----------------------------:|--------------:|"
+    );
     let mut costs = std::collections::HashMap::new();
     for n in [100usize, 1000, 10_000, funcs.len()] {
         if n > funcs.len() {
-            println!("| {n} | (only {} functions available) | | | |", funcs.len());
+            println!(
+                "| {n} | (only {} functions available) | | | | |",
+                funcs.len()
+            );
             continue;
         }
         let set = &funcs[..n];
         let mut row = |name: &'static str, c: Result<Cost>| match c {
             Ok(c) => {
                 println!(
-                    "| {n} | {name} | {:.1} | {:.1} | {} |",
+                    "| {n} | {name} | {:.1} | {:.1} | {} | {} |",
                     c.attach.as_secs_f64() * 1e3,
                     c.detach.as_secs_f64() * 1e3,
-                    c.bytes_per_func
+                    c.bytes_per_func,
+                    c.text_per_func
                 );
                 costs.insert((n, name), c);
             }
-            Err(e) => println!("| {n} | {name} | failed: {e:#} | | |"),
+            Err(e) => println!("| {n} | {name} | failed: {e:#} | | | |"),
         };
         row(
             "rkf_multi",
-            measure(n, || {
+            measure(&skel, n, || {
                 Link::attach(&skel.progs.rkf_fentry, set, None).map_err(|e| anyhow::anyhow!("{e}"))
             }),
         );
@@ -288,12 +364,12 @@ pub(crate) fn bench() -> Result<()> {
         row(
             "tracing_multi",
             empty_tracing_prog(TRACE_FENTRY_MULTI, 0)
-                .and_then(|p| measure(n, || tracing_multi_link(&p, &ids))),
+                .and_then(|p| measure(&skel, n, || tracing_multi_link(&p, &ids))),
         );
         let syms: Vec<String> = set.iter().map(|f| f.name.clone()).collect();
         row(
             "kprobe_multi",
-            measure(n, || {
+            measure(&skel, n, || {
                 Ok(skel
                     .progs
                     .kprobe_multi
@@ -308,7 +384,7 @@ pub(crate) fn bench() -> Result<()> {
                 .collect::<Result<Vec<_>>>();
             row(
                 "single fentry links",
-                progs.and_then(|progs| measure_single_links(&progs)),
+                progs.and_then(|progs| measure_single_links(&skel, &progs)),
             );
         }
     }
