@@ -712,8 +712,8 @@ pub struct Shared {
     pub mitigations: Mitigations,
 }
 
-/// The most programs [`Shared`] code runs, far above what a function has
-/// (`MAX_LINKS_PER_FUNC`): its slots' offsets are 32-bit.
+/// The most programs [`Shared`] code runs: far above what a function has
+/// (`MAX_LINKS_PER_FUNC`), a bound on the code's length (about 20 bytes a program).
 pub const MAX_SHARED_PROGS: u32 = 1024;
 
 /// The largest [`Shared::site_offset`]: the distance from the return address to the

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys as sys;
 use nix::{
     sys::resource::{setrlimit, Resource},
-    unistd::getpgid,
+    unistd::{getpgid, gettid},
 };
 use rkf::{
     multi::{self, Func, Link},
@@ -21,7 +21,7 @@ use rkf::{
 
 use crate::{
     kmem,
-    skel::bench_multi::{BenchMultiSkel, BenchMultiSkelBuilder},
+    skel::bench_multi::{types::bss as BenchMultiBss, BenchMultiSkel, BenchMultiSkelBuilder},
 };
 
 /// `BPF_TRACE_FENTRY_MULTI` (include/uapi/linux/bpf.h).
@@ -151,13 +151,27 @@ impl Cost {
 
 /// bench_multi.bpf.c's counts of executable memory, read now.
 fn text(skel: &BenchMultiSkel<'_>) -> Result<kmem::Text> {
-    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
-    // SAFETY: fields of the program's .bss, mapped for as long as `skel` lives; the
-    // probes write them, so each is read afresh.
+    use libbpf_rs::MapCore;
+    // This task, which makes every attach, is inside no execmem_alloc() now: a key of it
+    // left in the map (a return the kretprobe missed) would count its later vmalloc
+    // areas as text.
+    let task = (u64::from(std::process::id()) << 32) | u64::from(gettid().as_raw() as u32);
+    if skel
+        .maps
+        .in_text_alloc
+        .lookup(&task.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?
+        .is_some()
+    {
+        bail!("the kretprobe of execmem_alloc() missed a return of this task: its text counts are wrong");
+    }
+    let bss: *const BenchMultiBss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    // SAFETY: `bss` points to the program's .bss, mapped for as long as `skel` lives; the
+    // probes write these fields meanwhile, so they are read through the pointer, each
+    // afresh, with no reference to them held.
     let (areas, asked) = unsafe {
         (
-            std::ptr::read_volatile(&bss.exec_vmalloc_bytes),
-            std::ptr::read_volatile(&bss.text_bytes),
+            std::ptr::read_volatile(&raw const (*bss).exec_vmalloc_bytes),
+            std::ptr::read_volatile(&raw const (*bss).text_bytes),
         )
     };
     Ok(kmem::Text { areas, asked })
@@ -300,9 +314,11 @@ pub(crate) fn bench() -> Result<()> {
     let skel = open(&mut obj)?;
 
     // Executable memory counted from here on (kmem.rs).
+    // The return probe first: an execmem_alloc() that began before it would leave its
+    // task in the map.
     let _text = [
-        &skel.progs.text_alloc,
         &skel.progs.text_alloc_done,
+        &skel.progs.text_alloc,
         &skel.progs.exec_vmalloc,
         &skel.progs.bpf_text,
     ]
