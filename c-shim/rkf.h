@@ -44,6 +44,8 @@
 #define RKF_MULTI_FRAME_FUNC_IP	(-120)	/* ctx[-2]: the function, bpf_get_func_ip() */
 #define RKF_MULTI_FRAME_SIZE	120	/* bytes below rbp: generated trampolines */
 #define RKF_MULTI_FRAME_STACK_ARGS 24	/* rbp + 24: the seventh argument */
+#define RKF_MULTI_FRAME_FIRST_SLOT (-8)	/* ctx[12] in shared code: the first slot */
+#define RKF_MULTI_MCOUNT_INSN_SIZE 5	/* MCOUNT_INSN_SIZE: the site's call */
 /* The argument slots of ctx: six registers, then the stack, as MAX_BPF_FUNC_ARGS. */
 #define RKF_MULTI_MAX_ARGS	12
 #define RKF_MULTI_REG_ARGS	6
@@ -266,10 +268,15 @@ struct rkf_multi_stats {
  * @link:   its link's id, which no other published link has (an id is taken for good
  *          once its attach succeeds): what a session's exit run finds the cookie of its
  *          entry run by
- * @detached: set once its link is detached (or its attach failed): a call that was in
- *          flight inside the function meanwhile runs it no more on the way out (nor, past
- *          a sleepable program, on the way in).  The flag outlives the link for as long
- *          as a generated image names it.
+ * @detached: set once its link is detached (or its attach failed): a generated
+ *          trampoline's run reads it first and runs nothing once it is set, so a call
+ *          that was in flight inside the function meanwhile runs the program no more on
+ *          the way out (nor, past a sleepable program, on the way in).  The flag lives as
+ *          long as the program does, and, where the image counts its calls in flight, for
+ *          as long as the image names it.
+ *
+ * RKF_MULTI_SLOT_SIZE bytes: the code functions without an exit share finds a function's
+ * program k at its first slot plus k times that.
  */
 struct rkf_multi_prog {
 	struct bpf_prog *prog;
@@ -278,6 +285,8 @@ struct rkf_multi_prog {
 	u64 link;
 	const bool *detached;
 };
+
+#define RKF_MULTI_SLOT_SIZE	40
 
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it
@@ -359,7 +368,6 @@ void rkf_multi_anchor(void);
 u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
-void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx);
 void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
 __rkf_safe void rkf_multi_wait_frames(void);

@@ -25,6 +25,9 @@ static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] *
 static_assert(RKF_MULTI_FRAME_RET - RKF_MULTI_FRAME_CTX == 8 * RKF_MULTI_MAX_ARGS);
 static_assert(RKF_MULTI_MAX_ARGS <= U8_MAX);	/* struct rkf_multi_func's @nr_args, @ctx_args */
 static_assert(sizeof(struct rkf_multi_func) == 24);	/* one per traced function */
+static_assert(sizeof(struct rkf_multi_prog) == RKF_MULTI_SLOT_SIZE);
+static_assert(RKF_MULTI_FRAME_FIRST_SLOT == RKF_MULTI_FRAME_RET);
+static_assert(RKF_MULTI_MCOUNT_INSN_SIZE == MCOUNT_INSN_SIZE);
 #define RKF_MULTI_CTX_RET	RKF_MULTI_MAX_ARGS			/* ctx[12] */
 #define RKF_MULTI_CTX_RET6	RKF_MULTI_REG_ARGS			/* ctx[6] */
 /* The seventh argument, where the traced function's caller passed it. */
@@ -387,7 +390,7 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f, u64 
 		for (i = RKF_MULTI_REG_ARGS; i < f->ctx_args; i++)
 			ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
 	ctx[-1] = f->nr_args;
-	ctx[-2] = f->ret_ip - MCOUNT_INSN_SIZE - f->site_offset;
+	ctx[-2] = f->ret_ip - RKF_MULTI_MCOUNT_INSN_SIZE - f->site_offset;
 	for (i = 0; i < f->nr_fentry; i++)
 		rkf_multi_run_one(&p[i], ctx, any);
 	if (unlikely(f->nr_session))
@@ -538,32 +541,23 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 }
 
 /**
- * rkf_multi_run_prog() - run one entry run (fentry, session), for a generated trampoline
- * @p:   the program, its cookie and counters: a slot of the trampoline's image
- * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry()
+ * rkf_multi_run_prog() - run one program of a function, on entry or on exit, for a
+ * generated trampoline
+ * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
+ * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry(), with the return value
+ *       on exit
  *
  * The generated trampolines (rkf_core::tramp) call this once per program, as a BPF
- * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().
+ * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().  A link
+ * detached since the image was made runs no more: on exit, the call may have slept
+ * inside the traced function for any time; on entry, the image may outlive the link on
+ * sites an attach that failed could not unhook (rust/multi/registry.rs).  Its program
+ * and counters may be gone then; the flag is not, while the image names it.  The flag is
+ * read under RCU: a link is marked detached before the table without it is published,
+ * and freed only after an RCU grace period after that, so a run that saw it attached
+ * ends before its program and counters go.
  */
 notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
-{
-	rkf_multi_run_lock();
-	rkf_multi_run(p, ctx);
-	rkf_multi_run_unlock();
-}
-
-/**
- * rkf_multi_run_exit() - run one exit run (session, fexit), for a generated trampoline
- * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
- * @ctx: the trampoline's frame, with the return value
- *
- * The call may have slept inside the traced function for any time: a link detached
- * meanwhile runs no more (its program and counters may be gone; the flag is not, while
- * the image names it).  The flag is read under RCU: a link is marked detached before the
- * table without it is published, and freed only after an RCU grace period after that,
- * so a run that saw it attached ends before its program and counters go.
- */
-notrace void rkf_multi_run_exit(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	rkf_multi_run_lock();
 	if (likely(!READ_ONCE(*p->detached)))

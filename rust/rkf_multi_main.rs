@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! rkf_multi: one fentry or fexit BPF program on many kernel functions, through ftrace-direct
-//! trampolines (generated per function, one shared as the fallback) with
-//! batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
+//! rkf_multi: one fentry, fexit or session BPF program (sleepable or not) on many kernel
+//! functions, through ftrace-direct trampolines (generated per function, or shared by
+//! shape, one shared by all as the fallback) with batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
 //! ENDBR, so it runs under IBT; generated code carries the return thunk and call depth
 //! accounting the cpu wants, as the BPF JIT's does.
 //!
@@ -100,6 +100,9 @@ const _: () = {
     assert!(tramp_core::FRAME as u32 == rkf_h::RKF_MULTI_FRAME_SIZE);
     assert!(tramp_core::RET as i32 == rkf_h::RKF_MULTI_FRAME_RET);
     assert!(tramp_core::STACK_ARGS as u32 == rkf_h::RKF_MULTI_FRAME_STACK_ARGS);
+    assert!(tramp_core::FIRST_SLOT as i32 == rkf_h::RKF_MULTI_FRAME_FIRST_SLOT);
+    assert!(tramp_core::SLOT == rkf_h::RKF_MULTI_SLOT_SIZE);
+    assert!(tramp_core::MCOUNT_INSN_SIZE == rkf_h::RKF_MULTI_MCOUNT_INSN_SIZE as u64);
     assert!(tramp_core::MAX_ARGS == rkf_h::RKF_MULTI_MAX_ARGS);
     assert!(tramp_core::REG_ARGS == rkf_h::RKF_MULTI_REG_ARGS);
     assert!(multi_rules::TMPL6_ARGS == rkf_h::RKF_MULTI_REG_ARGS);

@@ -11,6 +11,8 @@ pub const RKF_MULTI_FRAME_NR_ARGS: i32 = -112;
 pub const RKF_MULTI_FRAME_FUNC_IP: i32 = -120;
 pub const RKF_MULTI_FRAME_SIZE: u32 = 120;
 pub const RKF_MULTI_FRAME_STACK_ARGS: u32 = 24;
+pub const RKF_MULTI_FRAME_FIRST_SLOT: i32 = -8;
+pub const RKF_MULTI_MCOUNT_INSN_SIZE: u32 = 5;
 pub const RKF_MULTI_MAX_ARGS: u32 = 12;
 pub const RKF_MULTI_REG_ARGS: u32 = 6;
 pub const RKF_MULTI_MAX_SESSIONS: u32 = 8;
@@ -27,6 +29,7 @@ pub const RKF_MULTI_KIND_SESSION: u32 = 2;
 pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
+pub const RKF_MULTI_SLOT_SIZE: u32 = 40;
 pub const RKF_MULTI_EI_UNCONFIGURED: u32 = 0;
 pub const RKF_MULTI_EI_LISTED: u32 = 1;
 pub const RKF_MULTI_EI_NOT_LISTED: u32 = 2;
@@ -134,9 +137,6 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn rkf_multi_run_prog(p: *const rkf_multi_prog, ctx: *mut u64_);
-}
-unsafe extern "C" {
-    pub fn rkf_multi_run_exit(p: *const rkf_multi_prog, ctx: *mut u64_);
 }
 unsafe extern "C" {
     pub fn rkf_multi_run_sleepable_slot(p: *const rkf_multi_prog, ctx: *mut u64_);

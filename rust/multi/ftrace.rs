@@ -51,7 +51,8 @@ pub(crate) fn site_is_taken(site: u64) -> bool {
 ///
 /// `ops` is zeroed or in ftrace's hands; while its filter has sites, ftrace calls the
 /// trampolines they were given, so the ops outlives every link (the module state drops
-/// it last).  `anchored` says whether the anchor's site is in its filter.
+/// it after everything but the sleepable template's registration, which it does not
+/// need).  `anchored` says whether the anchor's site is in its filter.
 #[pin_data(PinnedDrop)]
 pub(crate) struct FtraceOps {
     #[pin]
@@ -232,8 +233,12 @@ impl FtraceOps {
     /// One ftrace update of `op` with the entries of `hash`.
     fn update(&self, op: Update, hash: &Hash) -> Result {
         let ops = self.ops.get();
-        // SAFETY: `ops` is ours (type invariant) and `hash` a valid hash; ftrace copies
-        // what it keeps of the hash.
+        // SAFETY: `ops` is ours (type invariant) and `hash` a valid hash that outlives
+        // the call.  Adding and removing copy what ftrace keeps of it; moving lends it to
+        // a temporary ops of ftrace's, registered and unregistered within the call
+        // (kernel/trace/ftrace.c, update_ftrace_direct_mod()), and nothing reads it
+        // after: the kernel's own caller frees its hash the same way
+        // (kernel/bpf/trampoline.c, direct_ops_mod()).
         to_result(unsafe {
             match op {
                 Update::Hook => bindings::update_ftrace_direct_add(ops, hash.0),

@@ -132,14 +132,17 @@ impl Drop for ImageDrain {
 
 /// What the trampoline of one function runs: everything generation needs, taken from
 /// the table being built.
+///
+/// # Invariants
+///
+/// `nr_fentry + nr_session <= progs.len()`: the fentry programs come first in `progs`,
+/// then the session ones, then the fexit ones.
 pub(crate) struct FuncCode<'a> {
     /// The function's argument count.
     pub(crate) nr_args: u32,
     /// The argument slots of ctx its programs read, at least `nr_args`.
     pub(crate) ctx_args: u32,
-    /// Its address.
-    pub(crate) addr: u64,
-    /// How far its ftrace site is into it: `ret_ip` is `addr` + this + 5.
+    /// How far its ftrace site is into it: `ret_ip` is its address + this + 5.
     pub(crate) site_offset: u32,
     /// Its ftrace site + 5: where its body goes on.
     pub(crate) ret_ip: u64,
@@ -166,6 +169,11 @@ struct Shape {
 }
 
 impl FuncCode<'_> {
+    /// Its address: `ret_ip` less the ftrace call and the site offset.
+    fn addr(&self) -> u64 {
+        self.ret_ip - tramp_core::MCOUNT_INSN_SIZE - u64::from(self.site_offset)
+    }
+
     /// The shape of shared code it runs through, if it has no exit (`tramp_core::emit()`
     /// is the code of one that has).
     fn shape(&self) -> Option<Shape> {
@@ -201,27 +209,21 @@ impl FuncCode<'_> {
         self.exit().is_some() || self.sleepable
     }
 
-    /// What it runs its entry and exit runs through.
-    fn runners(&self) -> (u64, u64) {
-        runners(self.sleepable)
+    /// What it runs its programs through, on entry and on exit.
+    fn runner(&self) -> u64 {
+        runner(self.sleepable)
     }
 }
 
-/// What a function runs its entry and exit runs through (c-shim/rkf_multi_run.c), with a
-/// `sleepable` program or without.
-fn runners(sleepable: bool) -> (u64, u64) {
-    let addr = |f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64)| {
-        f as *const () as usize as u64
-    };
-    if sleepable {
-        let any = addr(rkf_h::rkf_multi_run_sleepable_slot);
-        (any, any)
+/// What a function runs its programs through, on entry and on exit
+/// (c-shim/rkf_multi_run.c), with a `sleepable` program or without.
+fn runner(sleepable: bool) -> u64 {
+    let f: unsafe extern "C" fn(*const rkf_h::rkf_multi_prog, *mut u64) = if sleepable {
+        rkf_h::rkf_multi_run_sleepable_slot
     } else {
-        (
-            addr(rkf_h::rkf_multi_run_prog),
-            addr(rkf_h::rkf_multi_run_exit),
-        )
-    }
+        rkf_h::rkf_multi_run_prog
+    };
+    f as *const () as usize as u64
 }
 
 /// What this cpu wants of generated code, as the BPF JIT emits it here: call depth
@@ -267,7 +269,7 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
         saved: shape.saved,
         nr_fentry: shape.nr_fentry,
         site_offset: shape.site_offset,
-        run: runners(shape.sleepable).0,
+        run: runner(shape.sleepable),
         // Its functions have no exit: those with a sleepable program count their calls
         // around their programs (`FuncCode::counted()`).
         counted: shape.sleepable.then_some(inflight),
@@ -427,18 +429,18 @@ pub(crate) fn generate(
         }
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
-        let (run, run_exit) = f.runners();
+        let run = f.runner();
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,
-            addr: f.addr,
+            addr: f.addr(),
             slots: entry,
             run,
             exit: f.exit().map(|_| tramp_core::Exit {
                 sessions,
                 slots: exits,
                 body: f.ret_ip,
-                run: run_exit,
+                run,
                 inflight,
                 dead,
             }),

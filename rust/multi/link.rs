@@ -23,6 +23,12 @@ use crate::{
 };
 
 /// An attached link.
+///
+/// # Invariants
+///
+/// `targets` is sorted by site (`traces()` searches it) and `stats` has one entry per
+/// target, in the same order; neither is resized after the link is made, as tables and
+/// images point into `stats`.
 pub(crate) struct Link {
     /// Its id: ids start at 1 and grow, so older links have smaller ones.
     pub(crate) id: u64,

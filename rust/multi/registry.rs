@@ -24,6 +24,12 @@ use crate::{
 };
 
 /// Every link, and the table built from them.
+///
+/// # Invariants
+///
+/// `links` is in id order (attach order: `info()` finds the next link by it), every id
+/// below `next_id`; `table` is the table rkf_multi_publish() last made the shared
+/// trampoline's (`None` when it published none), built from `links`.
 pub(crate) struct Registry {
     /// In attach order (ids increase).
     links: AreaVec<Link>,
@@ -170,8 +176,8 @@ impl Registry {
                 _link: self.links.pop(),
             };
             // The link is not attached: where sites stay hooked (an undo that failed
-            // otherwise than for memory), their exit runs and sleepable runs skip its
-            // program; their plain entry runs do not look, and the module stays loaded.
+            // otherwise than for memory), their trampolines' runs skip its program (the
+            // runners check the flag), and the module stays loaded.
             garbage.mark_detached();
             if f.partial {
                 pr_err!(

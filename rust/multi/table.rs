@@ -21,16 +21,12 @@ use crate::{
     multi_rules::MAX_LINKS_PER_FUNC,
     multi_table::{self as rules, Group, Route, Slot},
     rkf_h,
-    tramp_core::Mitigations,
+    tramp_core::{self, Mitigations},
 };
 
 // `struct rkf_multi_func`'s @nr_fentry and @nr_progs; one of them per traced function.
 const _: () = assert!(MAX_LINKS_PER_FUNC <= u8::MAX as u32);
 const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 24);
-
-/// `MCOUNT_INSN_SIZE`: the return address into a traced function is its site plus the
-/// call.
-const MCOUNT_INSN_SIZE: u64 = 5;
 
 /// How tables get generated trampolines: what the cpu wants of their code, and how many
 /// images were generated so far, to name the next.
@@ -151,7 +147,7 @@ impl Table {
                 .fold(t.nr_args, u32::max);
             funcs.push(
                 rkf_h::rkf_multi_func {
-                    ret_ip: (site + MCOUNT_INSN_SIZE) as usize,
+                    ret_ip: (site + tramp_core::MCOUNT_INSN_SIZE) as usize,
                     // At most 255: request::check_target().
                     site_offset: t.offset as u8,
                     // At most `MAX_ARGS`: rules::check_shape().
@@ -238,7 +234,7 @@ impl Table {
             .iter()
             .zip(self.tramps.iter())
             .map(|(f, &t)| Route {
-                site: f.ret_ip as u64 - MCOUNT_INSN_SIZE,
+                site: f.ret_ip as u64 - tramp_core::MCOUNT_INSN_SIZE,
                 tramp: t as u64,
             })
     }
@@ -378,10 +374,11 @@ fn trampolines(
         for &i in fresh.iter() {
             let f = &funcs[i as usize];
             code.push(
+                // INVARIANT: `progs` are the function's `nr_progs`, its `nr_fentry` fentry
+                // and `nr_session` session programs first (`struct rkf_multi_func`).
                 FuncCode {
                     nr_args: f.nr_args.into(),
                     ctx_args: f.ctx_args.into(),
-                    addr: f.ret_ip as u64 - MCOUNT_INSN_SIZE - u64::from(f.site_offset),
                     site_offset: f.site_offset.into(),
                     ret_ip: f.ret_ip as u64,
                     progs: new.progs(i as usize, f),

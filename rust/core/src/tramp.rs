@@ -65,12 +65,14 @@
 //! direct-call trampolines have none, and it calls the function's body directly, as the
 //! JIT does (the body has no ENDBR, and needs none for a direct call).
 //!
-//! `run` is `rkf_multi_run_prog()` (c-shim/rkf_multi_run.c): the recursion guard, run
-//! context, program and counters of one program, whose slot (`struct rkf_multi_prog`)
-//! lives in kernel data, not in the code.  `run_exit` is the same for a call that may
-//! have slept in the function for any time: it first checks that the slot's link is
-//! still attached.  A task may sleep inside a sleepable program as inside the function,
-//! and RCU tasks takes a sleeping task for one outside the code: a function with a
+//! `run` is `rkf_multi_run_prog()` (c-shim/rkf_multi_run.c): the link check, recursion
+//! guard, run context, program and counters of one program, whose slot (`struct
+//! rkf_multi_prog`) lives in kernel data, not in the code; it first checks that the
+//! slot's link is still attached, as a call may have slept in the function for any time
+//! before its exit runs.  rkf_multi passes the same function as `run_exit`
+//! ([`Exit::run`]); the code calls whatever it is given.  A task may sleep inside a
+//! sleepable program as inside the function, and RCU tasks takes a sleeping task for one
+//! outside the code: a function with a
 //! sleepable program counts its calls in flight, from entry to return if it has an
 //! exit, and otherwise (sleepable fentry programs, no fexit or session) around its
 //! programs only, as the kernel's fentry.s trampoline does not call the function either;
@@ -152,6 +154,10 @@ pub fn frame(sessions: u32) -> u32 {
     u32::from(FRAME) + 8 * sessions
 }
 
+/// The ftrace call at a function's site (`MCOUNT_INSN_SIZE`): the return address into a
+/// traced function is its site plus this.
+pub const MCOUNT_INSN_SIZE: u64 = 5;
+
 /// Where the caller put the seventh argument: past the saved rbp, the return address into
 /// the function and the function's own return address.
 pub const STACK_ARGS: i8 = 24;
@@ -221,7 +227,7 @@ pub struct Exit<'a> {
     pub slots: &'a [u64],
     /// Where the function goes on after its ftrace site (the site + 5): called directly.
     pub body: u64,
-    /// The address of `rkf_multi_run_exit()`, which runs a slot unless its link is gone
+    /// The address of `rkf_multi_run_prog()`, which runs a slot unless its link is gone
     /// (`rkf_multi_run_sleepable_slot()` for a function with a sleepable program).
     pub run: u64,
     /// The image's counters of calls in flight (the per-cpu address of a `long`): this
@@ -766,7 +772,7 @@ pub fn emit_shared(buf: &mut [u8], at: u64, s: &Shared) -> Result<(), EmitError>
     // mov rax, [rbp+8]; sub rax, 5+site_offset; mov [rbp+FUNC_IP], rax
     o.rbp_mov((0, false), 8, false);
     o.bytes(&[0x48, 0x2d]);
-    o.u32(5 + s.site_offset);
+    o.u32(MCOUNT_INSN_SIZE as u32 + s.site_offset);
     o.rbp_mov((0, false), FUNC_IP, true);
     if let Some(c) = s.counted {
         o.count(c, &INC_GS_RAX);
