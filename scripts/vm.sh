@@ -169,6 +169,8 @@ guest_env=(${RKF_DKMS_MODDIR:+"RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR"} "RKF_OUT=$out"
 	   "RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir")" "RKF_KSRC_PKG=$RKF_KSRC_PKG"
 	   "RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version)"
 	   ${kconfig:+"RKF_KCONFIG=$kconfig"} ${cpu:+"RKF_VM_CPU=$cpu"})
+# A kernel built with kmemleak: the selftests' leak scan must run (guest-selftests.sh).
+grep -qx 'CONFIG_DEBUG_KMEMLEAK=y' "$kdir/.config" && guest_env+=("RKF_KMEMLEAK=1")
 guest_cmd="$foreign $(printf '%q ' "${guest_env[@]}")$RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
 
 timeout_s=${RKF_VM_TIMEOUT:-1200}

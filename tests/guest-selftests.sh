@@ -16,6 +16,13 @@ if [[ ! -x $pkg/run_kselftest.sh ]]; then
 	exit 1
 fi
 
+# A kernel built with kmemleak (vm.sh sets RKF_KMEMLEAK) must have it running: a run
+# without its scan would pass with nothing checked.
+if [[ ${RKF_KMEMLEAK:-0} == 1 && ! -w $kmemleak ]]; then
+	echo "# the kernel is built with kmemleak, but $kmemleak is not there (debugfs not mounted, or kmemleak off since boot: dmesg says why)"
+	exit 1
+fi
+
 # Forget what boot left behind: only leaks from the run count.
 [[ -w $kmemleak ]] && echo clear >"$kmemleak"
 

@@ -27,8 +27,10 @@ expect_fail() {
 	fi
 }
 
+# The plan: one test per expect_fail below; the run fails if it ran another number.
+planned=29
 echo "KTAP version 1"
-echo "1..28"
+echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
 expect_fail kdir_missing "does not exist" make -s -C "$root" modules KDIR="$tmp/nope"
 expect_fail kdir_empty "KDIR is empty" "$root/scripts/check-kdir.sh" ""
@@ -97,6 +99,7 @@ expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_fu
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 expect_fail vm_bad_tcg_thread "RKF_TCG_THREAD is single or multi, not 'one'" env RKF_TCG_THREAD=one RKF_KVM=0 "$root/scripts/vm.sh" test -- true
 
+((n == planned)) || echo "# planned $planned tests, ran $n: update the plan"
 echo "# totals: pass:$((n - failed)) fail:$failed skip:0"
 echo "host-bad-input: $((n - failed)) passed, $failed failed"
-((failed == 0))
+((failed == 0 && n == planned))

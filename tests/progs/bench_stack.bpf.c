@@ -33,6 +33,8 @@ __u64 kfunc_ns;
 __u64 helper_ns;
 long kfunc_ret;
 long helper_ret;
+/* What bpf_rkf_testmod_recurse() returned, at its type. */
+__s64 recurse_ret;
 
 __u8 kbuf[BUF_BYTES];
 __u8 hbuf[BUF_BYTES];
@@ -91,7 +93,8 @@ int BPF_PROG(bench_syscall)
 SEC("syscall")
 int recurse(void *ctx)
 {
-	return bpf_rkf_testmod_recurse(depth);
+	recurse_ret = bpf_rkf_testmod_recurse(depth);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -35,7 +35,10 @@ __u32 this_cpu;
 __u64 this_rq_kfunc, this_rq_helper, this_active_kfunc, this_active_helper;
 __s32 this_rq_cpu, this_active_val, this_active_val_helper;
 
-/* Resolutions that must give NULL: cpu == nr_cpu_ids, nr_cpu_ids + 1, U32_MAX, NULL ptr. */
+/*
+ * Resolutions that must give NULL: cpu == nr_cpu_ids, nr_cpu_ids + 1, U32_MAX, NULL ptr.
+ * Set to 1 before load, so that a result the program did not write is not taken for NULL.
+ */
 __u64 null_results[4];
 
 SEC("syscall")

@@ -130,6 +130,8 @@ fn parts<'a>(tests: &[Test], flag: &str, list: &'a str) -> Result<Vec<&'a str>, 
 /// The tests to run, in the order of `tests`: those `only` selects (`-t`: a
 /// comma-separated list of names or name prefixes, `multi_` being every rkf_multi test;
 /// all of `tests` without it), less those `except` selects (`-x`, the same kind of list).
+/// A selection that leaves no test is an error: a run of nothing would be a kselftest
+/// skip, which runners count as green.
 pub fn select<'t>(
     tests: &'t [Test],
     only: Option<&str>,
@@ -140,19 +142,23 @@ pub fn select<'t>(
         .map(|l| parts(tests, "-x", l))
         .transpose()?
         .unwrap_or_default();
-    Ok(tests
+    let selected: Vec<&Test> = tests
         .iter()
         .filter(|t| {
             only.as_ref()
                 .is_none_or(|o| o.iter().any(|&p| t.name.starts_with(p)))
         })
         .filter(|t| !except.iter().any(|&p| t.name.starts_with(p)))
-        .collect())
+        .collect();
+    if selected.is_empty() {
+        return Err("-t and -x leave no test to run".into());
+    }
+    Ok(selected)
 }
 
 /// Runs `tests` (those [`select()`] chooses with `only` and `except`) and prints KTAP.  Returns the
-/// kselftest exit code: 0 all passed, 1 some failed (or the filter names no test), 4
-/// nothing ran.
+/// kselftest exit code: 0 all passed, 1 some failed, or the filters name no test or
+/// leave none.
 pub fn run(tests: &[Test], only: Option<&str>, except: Option<&str>) -> i32 {
     let selected = match select(tests, only, except) {
         Ok(s) => s,
@@ -212,11 +218,7 @@ pub fn run(tests: &[Test], only: Option<&str>, except: Option<&str>) -> i32 {
         "# totals: pass:{} fail:{failed} skip:0",
         selected.len() - failed
     );
-    match (selected.len(), failed) {
-        (0, _) => 4,
-        (_, 0) => 0,
-        _ => 1,
-    }
+    i32::from(failed != 0)
 }
 
 #[cfg(test)]
@@ -307,5 +309,7 @@ mod tests {
         );
         let e = names(None, Some("multi_,nope")).unwrap_err();
         assert!(e.starts_with("-x: ") && e.contains("nope"), "{e}");
+        let e = names(Some("stack_"), Some("stack_")).unwrap_err();
+        assert!(e.contains("leave no test"), "{e}");
     }
 }

@@ -336,8 +336,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         let ev = event.clone();
         let sleeper = std::thread::spawn(move || {
             let _ = tid_tx.send(nix::unistd::gettid().as_raw());
-            let r = ev.read();
-            (r, Instant::now())
+            ev.read()
         });
         let tid = tid_rx.recv().context("the reader's task id")?;
         release = Release(event.clone());
@@ -424,7 +423,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             "dmesg does not name the image left behind ({leaked:?}): {log}"
         );
         event.write(7).context("releasing the reader")?;
-        let (r, _) = sleeper.join().expect("the reader panicked");
+        let r = sleeper.join().expect("the reader panicked");
         drop(release);
         check_eq!(
             r,
@@ -453,14 +452,18 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         !rmmod.is_finished(),
         "rmmod finished while a task was still inside a traced function"
     );
+    // The frame cannot return before this write: an rmmod that waits for it finishes
+    // after it.  (The reader's own clock, read after its read() returns, may come after
+    // rmmod's: RCU tasks takes a task back in user space for one out of the trampoline.)
+    let released = Instant::now();
     event.write(7).context("releasing the reader")?;
-    let (r, woke) = sleeper.join().expect("the reader panicked");
+    let r = sleeper.join().expect("the reader panicked");
     drop(release);
     let (unloaded, unloaded_at) = rmmod.join().expect("the rmmod thread panicked");
     unloaded?;
     diag!(
-        "rkf_multi unloaded {:?} after the reader came back through the trampoline",
-        unloaded_at.saturating_duration_since(woke)
+        "rkf_multi unloaded {:?} after the reader was released",
+        unloaded_at.saturating_duration_since(released)
     );
     check_eq!(
         r,
@@ -468,8 +471,8 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         "eventfd read() through the trampoline: the value written"
     );
     check!(
-        unloaded_at >= woke,
-        "rmmod finished before the in-flight session frame returned"
+        unloaded_at >= released,
+        "rmmod finished before the in-flight session frame was let return"
     );
     insmod(&ko).context("insmod rkf_multi again")?;
     crate::multi::smoke().context("rkf_multi after reload")

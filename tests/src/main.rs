@@ -61,6 +61,9 @@ mod skel {
     pub mod stack_lost {
         include!(concat!(env!("OUT_DIR"), "/stack_lost.skel.rs"));
     }
+    pub mod stack_nest {
+        include!(concat!(env!("OUT_DIR"), "/stack_nest.skel.rs"));
+    }
     pub mod upstream_get_stack_rawtp_err {
         include!(concat!(
             env!("OUT_DIR"),

@@ -411,7 +411,7 @@ fn fentry_fexit_one_set() -> Result<()> {
 fn intersect() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
-    // Sets as bit masks over the ten functions.
+    // Sets as bit masks over the nine functions (bit 9 names none).
     let sets: [u16; 4] = [
         0b00_0011_1111,
         0b11_1111_0000,
@@ -530,6 +530,11 @@ fn generated_trampolines() -> Result<()> {
     // first image goes once no function uses it.  Closing the first link then changes
     // bpf_fentry_test1's programs again: it gets a third image.
     let counter = attach(&skel.progs.count_fentry0, &funcs, None)?;
+    let new: Vec<String> = tramp_images()?
+        .into_iter()
+        .filter(|i| i != &images[0])
+        .collect();
+    check_eq!(new.len(), 1, "images the second link made: {new:?}");
     drop(link);
     let bss = run_once(&mut skel)?;
     check!(
@@ -1778,8 +1783,13 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
 
 /// Checks what one request of [`ioctl_fuzz`], command `cmd`, gave: `code` (0 or an
 /// errno) and the request as the kernel left it.  An attach gives 0 or an errno of the
-/// README's table for `/dev/rkf_multi` attach; one with junk in `flags` or `pad` is
-/// refused with `EINVAL` whatever else it holds; the kernel overwrites `bad_index` and
+/// README's table for `/dev/rkf_multi` attach.  Where the order in which the kernel reads
+/// a request fixes the errno, it must be that one: junk in `flags` or `pad` is `EINVAL`
+/// whatever else the request holds; then a count of 0 is `EINVAL` and one past
+/// `MAX_FUNCS` `E2BIG`; then, with a count in range, a `bad_ptr` (an array at an address
+/// no mapping holds) is `EFAULT` (every array is read before anything in them is
+/// checked; a read past the end of a good one may fault first, with the same errno).
+/// The kernel overwrites `bad_index` and
 /// `reason` of every attach it reads, with `u32::MAX` and 0, or with the refused
 /// function's index in the request (below `cnt`) and its reason.  Any other command or
 /// size is `ENOTTY`.
@@ -1787,6 +1797,7 @@ fn check_fuzz_outcome(
     cmd: u32,
     code: i32,
     junk_fields: bool,
+    bad_ptr: bool,
     cnt: u32,
     req: &AttachRequest,
 ) -> Result<()> {
@@ -1811,12 +1822,19 @@ fn check_fuzz_outcome(
         TABLE.contains(&code),
         "attach of {cnt} functions: errno {code}, not one of the table's {TABLE:?}"
     );
-    if junk_fields {
-        check_eq!(
-            code,
-            libc::EINVAL,
-            "attach with junk in flags or pad: errno"
-        );
+    let fixed = if junk_fields {
+        Some((libc::EINVAL, "junk in flags or pad"))
+    } else if cnt == 0 {
+        Some((libc::EINVAL, "a count of 0"))
+    } else if cnt > rkf_core::multi::MAX_FUNCS {
+        Some((libc::E2BIG, "a count past MAX_FUNCS"))
+    } else if bad_ptr {
+        Some((libc::EFAULT, "an array at a bad address"))
+    } else {
+        None
+    };
+    if let Some((want, why)) = fixed {
+        check_eq!(code, want, "attach of {cnt} functions with {why}: errno");
     }
     let refused = req.bad_index != u32::MAX;
     check!(
@@ -1965,6 +1983,11 @@ fn ioctl_fuzz() -> Result<()> {
                                 pad: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                             };
                             let (junk_fields, cnt) = (req.flags != 0 || req.pad != 0, req.cnt);
+                            // An array the kernel reads at an address no mapping holds.
+                            let bad_ptr = req.btf_ids != ids_buf.as_ptr() as u64
+                                || req.addrs != addrs_buf.as_ptr() as u64
+                                || (req.cookies != 0 && req.cookies != cookies.as_ptr() as u64)
+                                || (req.btf_fds != 0 && req.btf_fds != btf_fds_buf.as_ptr() as u64);
                             // Mostly the request as RKF_MULTI_IOC_ATTACH; sometimes a random
                             // command, or ATTACH's number with a wrong size.
                             let cmd = match rng.u64(..20) {
@@ -1978,7 +2001,7 @@ fn ioctl_fuzz() -> Result<()> {
                             };
                             let res = junk_ioctl(&file, cmd, &mut req);
                             let code = res.map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
-                            check_fuzz_outcome(cmd, code, junk_fields, cnt, &req)?;
+                            check_fuzz_outcome(cmd, code, junk_fields, bad_ptr, cnt, &req)?;
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
                             if rng.u64(..4) == 0 {

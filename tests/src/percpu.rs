@@ -142,6 +142,8 @@ pub(crate) fn run_all() -> Result<All> {
         let bss = open.maps.bss_data.as_deref_mut().context("no .bss")?;
         bss.nr_cpus = nr_cpus;
         bss.per_cpu_offset_addr = per_cpu_offset_addr;
+        // Not NULL: the program must write each of them.
+        bss.null_results = [1; 4];
         Ok(())
     })?;
     let out = skel.progs.percpu_all.test_run(ProgramInput::default())?;

@@ -41,8 +41,15 @@ use rkf::{kallsyms::Kallsyms, multi};
 const RUNS: usize = 5;
 
 /// Functions rkf_multi's path called on some kernel and no longer does (the C shim runs
-/// programs without `bpf_prog_run()`'s `cant_migrate()`).
-const OFF_THE_PATH: &[&str] = &["__cant_migrate"];
+/// programs without `bpf_prog_run()`'s `cant_migrate()`), each with the option that
+/// builds it and a function built under the same option: a kernel that has the latter
+/// must have the function (kernel/sched/core.c, `CONFIG_DEBUG_ATOMIC_SLEEP`, on the
+/// test flavour; Debian's config has it off).
+const OFF_THE_PATH: &[(&str, &str, &str)] = &[(
+    "__cant_migrate",
+    "CONFIG_DEBUG_ATOMIC_SLEEP",
+    "__might_sleep",
+)];
 
 /// The counters' slot for a function of `OFF_THE_PATH` (multi.bpf.c's `ips`; the targets
 /// take the first nine).
@@ -206,7 +213,8 @@ fn on_path(
 /// such as a preemption at `preempt_enable()`, are the kernel's, as for its own
 /// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
 /// `OFF_THE_PATH` this kernel has, a link on it and bpf_fentry_test1 sees its program run
-/// without calling it, and without a recursion miss.
+/// without calling it, and without a recursion miss (a kernel without one must be
+/// without its option: without the other function `OFF_THE_PATH` names for it).
 pub(super) fn run_path_calls_only_denied() -> Result<()> {
     Tramp::run_both(calls_only_denied)
 }
@@ -263,12 +271,16 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
     // (the function has callers all over the kernel).
     let tid = nix::unistd::gettid().as_raw() as u32;
     let k = Kallsyms::load()?;
-    for name in OFF_THE_PATH {
+    for &(name, option, sibling) in OFF_THE_PATH {
         if k.lookup(name, None).is_err() {
-            diag!("{name}: not in this kernel (its config does not build it)");
+            check!(
+                k.lookup(sibling, None).is_err(),
+                "{name}: not in kallsyms, but {sibling}, built under the same {option}, is"
+            );
+            diag!("{name}: not in this kernel ({option} is off: no {sibling} either)");
             continue;
         }
-        let f = multi::resolve(&[*name])?.funcs.remove(0);
+        let f = multi::resolve(&[name])?.funcs.remove(0);
         {
             let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
             bss.ips[WATCH_SLOT] = f.addr;

@@ -62,13 +62,20 @@ fn once(skel: &mut BenchStackSkel<'_>, case: &Case, helper_first: bool) -> Resul
         bss.armed = 1;
         if let Source::Testmod(d) = case.source {
             bss.depth = d;
+            bss.recurse_ret = -1;
         }
     }
     match case.source {
-        Source::Testmod(_) => {
+        Source::Testmod(d) => {
             let out = skel.progs.recurse.test_run(ProgramInput::default())?;
-            let ret = out.return_value as i32;
-            ensure!(ret >= 0, "bpf_rkf_testmod_recurse: {ret}");
+            ensure!(out.return_value == 0, "recurse: {}", out.return_value);
+            let ret = skel
+                .maps
+                .bss_data
+                .as_deref()
+                .context("no .bss")?
+                .recurse_ret;
+            ensure!(ret == i64::from(d), "bpf_rkf_testmod_recurse({d}): {ret}");
         }
         // SAFETY: a plain C function.
         Source::Syscall => _ = unsafe { rkf_stack_syscall_at(USER_DEPTH) },
