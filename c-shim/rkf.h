@@ -272,7 +272,7 @@ struct rkf_multi_stats {
  *          trampoline's run reads it first and runs nothing once it is set, so a call
  *          that was in flight inside the function meanwhile runs the program no more on
  *          the way out (nor, past a sleepable program, on the way in).  The flag lives as
- *          long as the program does, and, where the image counts its calls in flight, for
+ *          long as the link does, and, where the image counts its calls in flight, for
  *          as long as the image names it.
  *
  * RKF_MULTI_SLOT_SIZE bytes: the code functions without an exit share finds a function's

@@ -549,13 +549,14 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
  *
  * The generated trampolines (rkf_core::tramp) call this once per program, as a BPF
  * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().  A link
- * detached since the image was made runs no more: on exit, the call may have slept
- * inside the traced function for any time; on entry, the image may outlive the link on
- * sites an attach that failed could not unhook (rust/multi/registry.rs).  Its program
- * and counters may be gone then; the flag is not, while the image names it.  The flag is
- * read under RCU: a link is marked detached before the table without it is published,
- * and freed only after an RCU grace period after that, so a run that saw it attached
- * ends before its program and counters go.
+ * detached since the image was made runs no more.  On exit, the call may have slept
+ * inside the traced function for any time: the link's program and counters may be gone,
+ * its flag is not, as an image with exits keeps it.  On entry, the image may run on
+ * sites that an attach that failed could not unhook (rust/multi/registry.rs), with slots
+ * of a link that is not attached (its program kept, leaked with the image).  The flag
+ * is read under RCU: a link is marked detached before the table without it is
+ * published, and freed only after an RCU grace period after that, so a run that saw it
+ * attached ends before its program and counters go.
  */
 notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 {

@@ -9,8 +9,9 @@
 //! one entry in one table, listing its programs in attach order, and the table is
 //! replaced whole, under RCU, on every attach and detach.  Every function has a trampoline
 //! generated for it (rkf_core::tramp), which the shared trampoline's lookup does not slow
-//! down: code of its own with fexit or session programs, otherwise a stub into code its
-//! image holds once per shape; the shared one serves where generation failed, or with
+//! down: code of its own with fexit or session programs, otherwise (but for limits of
+//! shape: `tramp_core::MAX_SHARED_PROGS`, `MAX_SITE_OFFSET`) a stub into code its image
+//! holds once per shape; the shared one serves where generation failed, or with
 //! `generate=0`.  ftrace only sees functions gaining their first link, losing their last,
 //! or changing trampoline, in runs of batched updates of each kind per operation, each
 //! batch sized by how long the one before took.

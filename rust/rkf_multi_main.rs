@@ -2,9 +2,10 @@
 
 //! rkf_multi: one fentry, fexit or session BPF program (sleepable or not) on many kernel
 //! functions, through ftrace-direct trampolines (generated per function, or shared by
-//! shape, one shared by all as the fallback) with batched, all-or-nothing updates.  Nothing in it branches indirectly to code without an
-//! ENDBR, so it runs under IBT; generated code carries the return thunk and call depth
-//! accounting the cpu wants, as the BPF JIT's does.
+//! shape, one shared by all as the fallback) with batched, all-or-nothing updates.
+//! Nothing in it branches indirectly to code without an ENDBR, so it runs under IBT;
+//! generated code carries the return thunk and call depth accounting the cpu wants, as
+//! the BPF JIT's does.
 //!
 //! Programs are loaded as TRACING fentry/fexit programs against `rkf_multi_tmpl6()` or
 //! `rkf_multi_tmpl12()`, functions of this module's BTF taking six and twelve u64, so

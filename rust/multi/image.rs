@@ -54,20 +54,22 @@ struct ImageData {
     /// them (a call of a function moving between trampolines) under RCU, or RCU tasks
     /// trace, from a table that holds the image.
     slots: AreaVec<rkf_h::rkf_multi_prog>,
-    /// The detached flags of the links at the time, which the slots name: a call in
-    /// flight reads its slot's on the way out (and, past a sleepable program, on the way
-    /// in), however long after the link went.
+    /// The detached flags of the links at the time, which the slots name, kept where the
+    /// image counts its calls in flight: such a call reads its slot's on the way out (and,
+    /// past a sleepable program, on the way in), however long after the link went.
     _detached: AreaVec<Arc<Atomic<bool>>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
 // its calls in flight came back); its slots name programs and counters that outlive the
-// runs of them: entry runs only while a table holds the image, exit runs (and every run
-// of a function with a sleepable program) only while their link's flag, read under RCU
-// (and RCU tasks trace), says attached (a link is freed an RCU grace period after it was
-// marked, and an RCU tasks trace one if it or a program beside it is sleepable); the
-// shared trampoline's runs of them through a table, only under RCU (or RCU tasks trace)
-// from a table that holds the image, which frees its links after those grace periods.
+// runs of them: every run only while its link's flag, read under RCU (or RCU tasks
+// trace), says attached (a link is freed an RCU grace period after it was marked, and an
+// RCU tasks trace one if it or a program beside it is sleepable); entry runs only while
+// a table holds the image or a task is still in its code (the links of a retired image
+// are freed after an RCU tasks grace period too, and their flags with them); exit runs
+// only while the image keeps the flag; the shared trampoline's runs of them through a
+// table, only under RCU (or RCU tasks trace) from a table that holds the image, which
+// frees its links after those grace periods.
 unsafe impl Send for Image {}
 // SAFETY: shared images are only read (their address, their slots), never written.
 unsafe impl Sync for Image {}
@@ -279,8 +281,8 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// slots of exit runs and sleepable runs name): returns the image and where it put each
-/// function.  A function with an exit (fexit or session programs) gets code of its own;
+/// slots name, kept if the image counts calls in flight): returns the image and where it
+/// put each function.  A function with an exit (fexit or session programs) gets code of its own;
 /// the others share code by shape, one copy per shape at the start of the image, and
 /// each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes a function
 /// instead of 64 to 112 for the same code of its own.

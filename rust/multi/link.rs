@@ -48,10 +48,10 @@ pub(crate) struct Link {
     pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: AreaVec<ModuleRef>,
-    /// Set once the link is detached (or its attach failed): generated trampolines read
-    /// it through their slots for calls that were in flight (on the way out, and past a
-    /// sleepable program on the way in too), and keep it for as long as such a call may
-    /// come back.
+    /// Set once the link is detached (or its attach failed): every run of a generated
+    /// trampoline reads it through its slot first (for a call in flight, on the way out
+    /// too), and images whose calls in flight are counted keep it for as long as such a
+    /// call may come back.
     pub(crate) detached: Arc<Atomic<bool>>,
     /// Set, for good, by the first table built (published or not) with one of its
     /// functions having a sleepable program: a task may then have slept in that program
@@ -67,8 +67,8 @@ impl Link {
         Ok(Arc::new(Atomic::new(false), GFP_KERNEL)?)
     }
 
-    /// Says the link is detached: calls in flight inside its functions run its program no
-    /// more on the way out (nor, past a sleepable program, on the way in).
+    /// Says the link is detached: generated trampolines run its program no more, calls in
+    /// flight inside its functions included.
     pub(crate) fn mark_detached(&self) {
         self.detached.store(true, Release);
     }

@@ -37,6 +37,11 @@ pub(crate) struct Registry {
     /// The published table.
     table: Option<Table>,
     gen: Generation,
+    /// Set for good once an ftrace update failed and could not be undone: sites may stay
+    /// on trampolines that no published table names, whose slots name links that may be
+    /// detached later, so every later free waits for an RCU tasks grace period (a task
+    /// may be in such a trampoline, before its run reads a slot's flag).
+    diverged: bool,
 }
 
 /// What a publication replaced, freed once no cpu can read the old table (and, if it had
@@ -49,8 +54,8 @@ struct Garbage {
 }
 
 impl Garbage {
-    /// Says its link is detached: calls in flight inside its functions run the link's
-    /// program no more on the way out (nor, past a sleepable program, on the way in).
+    /// Says its link is detached: generated trampolines run the link's program no more,
+    /// calls in flight inside its functions included.
     fn mark_detached(&self) {
         if let Some(l) = &self._link {
             l.mark_detached();
@@ -92,6 +97,7 @@ impl Registry {
                 mitigations: image::mitigations(),
                 images: 0,
             },
+            diverged: false,
         }
     }
 
@@ -184,6 +190,7 @@ impl Registry {
                     "unhooking functions after a failed attach of {}: they stay hooked\n",
                     updates.hooks()
                 );
+                self.diverged = true;
                 keep_loaded_forever(garbage, AreaVec::new());
             } else {
                 s.free_later(garbage, true);
@@ -210,6 +217,7 @@ impl Registry {
                     updates.hooks(),
                     unhooked.err().map(|u| u.err)
                 );
+                self.diverged = true;
                 keep_loaded_forever(garbage, AreaVec::new());
             } else {
                 s.free_later(garbage, true);
@@ -218,7 +226,7 @@ impl Registry {
         }
         self.next_id += 1;
         let garbage = self.publish(table, None);
-        s.free_later(garbage, updates.retired);
+        s.free_later(garbage, updates.retired || self.diverged);
         Ok(id)
     }
 
@@ -262,10 +270,11 @@ impl Registry {
                 updates.unhooks(),
                 unhooked
             );
+            self.diverged = true;
             keep_loaded_forever(garbage, modules);
             return;
         }
-        s.free_later(garbage, updates.retired);
+        s.free_later(garbage, updates.retired || self.diverged);
         drop(modules);
     }
 
