@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # run_kselftest.sh [rkf-selftests ARGS...]: the rkf kselftests, from an installed package
-# (make selftests-package).  KTAP on stdout; exit 0 (all passed), 1 (a test failed) or 4
-# (nothing ran), as kselftest expects.
+# (make selftests-package).  KTAP on stdout; exit 0 (all passed) or 1 (a test failed, or
+# the arguments select no test), as kselftest expects.
 #
 # Needs root and the rkf modules loaded (insmod, modprobe or dkms).  rkf_testmod, the
 # test-only module, is loaded from this package for the run if it is not loaded already,

@@ -54,13 +54,13 @@ static __always_inline int nest(void *ctx, __u32 k)
 		ret = bpf_rkf_get_stack(buf, WORDS * sizeof(__u64), 0);
 	for (i = 0; i < WORDS; i++)
 		touched |= buf[i] != UNTOUCHED;
-	if (ret == -EBUSY && !touched)
+	if (ret == -EBUSY && !touched) {
 		busy_untouched[k]++;
-	else if (ret == -EBUSY)
+	} else if (ret == -EBUSY) {
 		busy_touched[k]++;
-	else if (ret == WORDS * sizeof(__u64))
+	} else if (ret == WORDS * sizeof(__u64)) {
 		ok[k]++;
-	else {
+	} else {
 		other[k]++;
 		other_ret[k] = ret;
 	}

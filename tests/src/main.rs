@@ -3,7 +3,8 @@
 //! rkf-selftests: the rkf kselftests, printing KTAP.
 //!
 //! Runs on a machine (normally the test VM) with the rkf modules loaded, as root.
-//! Exit status as kselftest expects: 0 all passed, 1 a test failed, 4 nothing ran.
+//! Exit status as kselftest expects: 0 all passed, 1 a test failed (or `-t` and `-x`
+//! name no test, or leave none: a run of nothing would be a kselftest skip).
 
 use std::io::Write;
 

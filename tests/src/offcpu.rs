@@ -165,8 +165,9 @@ fn pipe_read_path_and_time() -> Result<()> {
 /// and is reaped before the recording's first poll: nothing reads its records, or its
 /// mappings, while it lives.  Its user frames come from the kernel as build id + file
 /// offset, and must still be named at the end of the run: its one interval, of at least
-/// 290 ms and at most the time the child took from spawn to reaping, under the kernel path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`, has for
-/// innermost user frame the libc function that makes the nanosleep system call.
+/// 290 ms and at most the time the child took from spawn to reaping, under the kernel
+/// path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`, has for innermost user frame
+/// the libc function that makes the nanosleep system call.
 fn names_frames_of_exited_process() -> Result<()> {
     let sleep = ["/usr/bin/sleep", "/bin/sleep"]
         .into_iter()
