@@ -58,7 +58,7 @@ static __always_inline int nest(void *ctx, __u32 k)
 		busy_untouched[k]++;
 	} else if (ret == -EBUSY) {
 		busy_touched[k]++;
-	} else if (ret == WORDS * sizeof(__u64)) {
+	} else if (ret > 0 && ret <= WORDS * sizeof(__u64) && ret % sizeof(__u64) == 0) {
 		ok[k]++;
 	} else {
 		other[k]++;
@@ -67,29 +67,18 @@ static __always_inline int nest(void *ctx, __u32 k)
 	return 0;
 }
 
-SEC("fentry/get_perf_callchain")
-int BPF_PROG(nest0)
-{
-	return nest(ctx, 0);
+/* Program k of the NR_NEST, each with its own recursion guard. */
+#define NEST_PROG(k)					\
+SEC("fentry/get_perf_callchain")			\
+int BPF_PROG(nest##k)					\
+{							\
+	return nest(ctx, k);				\
 }
 
-SEC("fentry/get_perf_callchain")
-int BPF_PROG(nest1)
-{
-	return nest(ctx, 1);
-}
-
-SEC("fentry/get_perf_callchain")
-int BPF_PROG(nest2)
-{
-	return nest(ctx, 2);
-}
-
-SEC("fentry/get_perf_callchain")
-int BPF_PROG(nest3)
-{
-	return nest(ctx, 3);
-}
+NEST_PROG(0)
+NEST_PROG(1)
+NEST_PROG(2)
+NEST_PROG(3)
 
 SEC("syscall")
 int outer(void *ctx)

@@ -573,8 +573,8 @@ fn nest_model(nr: usize, slots: usize, held: usize) -> Vec<(u64, u64)> {
 /// The row "nested more than three deep on one cpu": four programs on get_perf_callchain()
 /// take stacks inside each other's, started by a syscall program's own (stack_nest.bpf.c).
 /// Each run past the three slots gives `-EBUSY` with its buffer untouched, every other
-/// one a whole buffer, in exactly the counts of [`nest_model()`], through the kfunc and,
-/// the same way, through the helper.
+/// one a stack, in exactly the counts of [`nest_model()`], through the kfunc and, the
+/// same way, through the helper.
 fn nested_too_deep() -> Result<()> {
     use crate::skel::stack_nest::StackNestSkelBuilder;
 
@@ -600,17 +600,21 @@ fn nested_too_deep() -> Result<()> {
         let out = skel.progs.outer.test_run(ProgramInput::default())?;
         check_eq!(out.return_value, 0, "the outer program's return value");
         let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
-        check_eq!(bss.outer_ret, 64, "{what} in the outer program");
+        check!(
+            (8..=64).contains(&bss.outer_ret) && bss.outer_ret % 8 == 0,
+            "{what} in the outer program: {} (a stack of 1 to 8 frames)",
+            bss.outer_ret
+        );
         for (k, &(busy, ok)) in want.iter().enumerate() {
             diag!(
-                "{what}, nest{k}: {} runs -EBUSY, buffer untouched; {} whole stacks",
+                "{what}, nest{k}: {} runs -EBUSY, buffer untouched; {} stacks",
                 bss.busy_untouched[k],
                 bss.ok[k]
             );
             check_eq!(
                 bss.other[k],
                 0,
-                "{what}, nest{k}: runs with neither -EBUSY nor a whole buffer (the last: {})",
+                "{what}, nest{k}: runs with neither -EBUSY nor a stack (the last: {})",
                 bss.other_ret[k]
             );
             check_eq!(
