@@ -442,7 +442,6 @@ pub(crate) fn generate(
                 sessions,
                 slots: exits,
                 body: f.ret_ip,
-                run,
                 inflight,
                 dead,
             }),

@@ -45,11 +45,11 @@
 //!     for each session program k:
 //!         movabs rax, meta(k) | is-return; mov [rbp-112], rax
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
-//!         [account]; call run_exit              run_exit(slot, ctx)
+//!         [account]; call run                   run(slot, ctx)
 //!     [mov qword [rbp-112], nr_args]            sessions, then fexit programs
 //!     for each fexit program:
 //!         movabs rdi, &slot; lea rsi, [rbp-104]
-//!         [account]; call run_exit              run_exit(slot, ctx)
+//!         [account]; call run                   run(slot, ctx)
 //! out: movabs rax, &inflight; dec qword gs:[rax]; mov rax, [rbp-8]
 //!     leave; add rsp, 8                         back to the function's caller
 //! else: leave
@@ -69,15 +69,14 @@
 //! guard, run context, program and counters of one program, whose slot (`struct
 //! rkf_multi_prog`) lives in kernel data, not in the code; it first checks that the
 //! slot's link is still attached, as a call may have slept in the function for any time
-//! before its exit runs.  rkf_multi passes the same function as `run_exit`
-//! ([`Exit::run`]); the code calls whatever it is given.  A task may sleep inside a
-//! sleepable program as inside the function, and RCU tasks takes a sleeping task for one
-//! outside the code: a function with a
-//! sleepable program counts its calls in flight, from entry to return if it has an
-//! exit, and otherwise (sleepable fentry programs, no fexit or session) around its
-//! programs only, as the kernel's fentry.s trampoline does not call the function either;
-//! both its `run` and its `run_exit` then check the link and run a sleepable program
-//! under RCU tasks trace (`rkf_multi_run_sleepable_slot()`).  Session
+//! before its exit runs.  The code calls the same `run` on entry and on exit.  A task may
+//! sleep inside a sleepable program as inside the function, and RCU tasks takes a
+//! sleeping task for one outside the code: a function with a sleepable program counts
+//! its calls in flight, from entry to return if it has an exit, and otherwise (sleepable
+//! fentry programs, no fexit or session) around its programs only, as the kernel's
+//! fentry.s trampoline does not call the function either; its `run` is then
+//! `rkf_multi_run_sleepable_slot()`, which checks the link and runs a sleepable program
+//! under RCU tasks trace.  Session
 //! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the
 //! argument count, the index of the program's cookie (`bpf_session_cookie()` is
 //! `&ctx[-index]`, inlined by the verifier) and on exit the is-return bit
@@ -221,15 +220,12 @@ impl Mitigations {
 #[derive(Clone, Copy, Debug)]
 pub struct Exit<'a> {
     /// The address of each session program's slot, in the order they run (at most
-    /// [`MAX_SESSIONS`]): on entry through [`Spec::run`], on exit through `run`.
+    /// [`MAX_SESSIONS`]), on entry and on exit through [`Spec::run`].
     pub sessions: &'a [u64],
     /// The address of each fexit program's slot, in the order they run.
     pub slots: &'a [u64],
     /// Where the function goes on after its ftrace site (the site + 5): called directly.
     pub body: u64,
-    /// The address of `rkf_multi_run_prog()`, which runs a slot unless its link is gone
-    /// (`rkf_multi_run_sleepable_slot()` for a function with a sleepable program).
-    pub run: u64,
     /// The image's counters of calls in flight (the per-cpu address of a `long`): this
     /// cpu's incremented on entry, and this cpu's decremented on the way out.
     pub inflight: u64,
@@ -640,13 +636,13 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         let runs = exit_runs(sessions.len(), e.slots.len(), m);
         let out = at.wrapping_add((o.pos + 6 + runs) as u64);
         o.branch(at, &[0x0f, 0x85], out)?;
-        o.sessions(at, m, t.nr_args, sessions, e.run, true)?;
+        o.sessions(at, m, t.nr_args, sessions, t.run, true)?;
         if !sessions.is_empty() && !e.slots.is_empty() {
             // mov qword [rbp+NR_ARGS], nr_args: what the fexit programs read there.
             o.bytes(&[0x48, 0xc7, 0x45, NR_ARGS as u8]);
             o.u32(t.nr_args);
         }
-        o.progs(at, m, e.slots, e.run)?;
+        o.progs(at, m, e.slots, t.run)?;
         // out: movabs rax, inflight; dec qword gs:[rax]; mov rax, [rbp+RET]
         o.count(e.inflight, &DEC_GS_RAX);
         o.rbp_mov((0, false), RET, false);

@@ -286,7 +286,7 @@ fn check(at: u64, t: &Spec<'_>) {
                     assert_eq!(Some(target), t.exit.map(|x| x.body), "call target");
                     "call BODY"
                 } else {
-                    assert_eq!(Some(target), t.exit.map(|x| x.run), "call target");
+                    assert_eq!(target, t.run, "call target");
                     "call RUN_EXIT"
                 }
                 .to_string();
@@ -447,24 +447,17 @@ fn counted(t: Spec<'_>) -> Spec<'_> {
 }
 
 /// `t` with fexit programs `slots`.
-fn with_exit<'a>(t: Spec<'a>, slots: &'a [u64], body: u64, run: u64) -> Spec<'a> {
-    with_sessions(t, &[], slots, body, run)
+fn with_exit<'a>(t: Spec<'a>, slots: &'a [u64], body: u64) -> Spec<'a> {
+    with_sessions(t, &[], slots, body)
 }
 
 /// `t` with session programs `sessions` and fexit programs `slots`.
-fn with_sessions<'a>(
-    t: Spec<'a>,
-    sessions: &'a [u64],
-    slots: &'a [u64],
-    body: u64,
-    run: u64,
-) -> Spec<'a> {
+fn with_sessions<'a>(t: Spec<'a>, sessions: &'a [u64], slots: &'a [u64], body: u64) -> Spec<'a> {
     Spec {
         exit: Some(Exit {
             sessions,
             slots,
             body,
-            run,
             inflight: 0xffff_8880_0777_0010,
             dead: 0xffff_8880_0777_0018,
         }),
@@ -488,7 +481,6 @@ fn every_arg_count() {
         0xffff_8880_0123_4018,
         0xffff_8880_0123_4030,
     ];
-    let run_exit = 0xffff_ffff_c100_2400;
     let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
     let sessions: Vec<u64> = (0..MAX_SESSIONS as u64)
         .map(|k| 0xffff_8880_0789_0000 + 0x28 * k)
@@ -502,9 +494,9 @@ fn every_arg_count() {
                 // fexit programs, with and without fentry ones.
                 let body = addr + 9;
                 let t = tramp(nr, saved, addr, &slots[..1], run);
-                check(at, &on(m, with_exit(t, &exits, body, run_exit)));
+                check(at, &on(m, with_exit(t, &exits, body)));
                 let t = tramp(nr, saved, addr, &[], run);
-                check(at, &on(m, with_exit(t, &exits[..1], body, run_exit)));
+                check(at, &on(m, with_exit(t, &exits[..1], body)));
                 // Sleepable fentry programs alone: no exit, the programs counted in
                 // flight; with fexit programs, entry and exit runs through the same
                 // function, as rkf_multi generates them for a function with a sleepable
@@ -512,16 +504,13 @@ fn every_arg_count() {
                 let t = tramp(nr, saved, addr, &slots[..2], run);
                 check(at, &on(m, counted(t)));
                 let t = tramp(nr, saved, addr, &slots[..2], run);
-                check(at, &on(m, with_exit(t, &exits, body, run)));
+                check(at, &on(m, with_exit(t, &exits, body)));
                 // Session programs: alone, the most a function has, with fentry and
                 // fexit programs around them.
                 let t = tramp(nr, saved, addr, &[], run);
-                check(
-                    at,
-                    &on(m, with_sessions(t, &sessions[..1], &[], body, run_exit)),
-                );
+                check(at, &on(m, with_sessions(t, &sessions[..1], &[], body)));
                 let t = tramp(nr, saved, addr, &[], run);
-                check(at, &on(m, with_sessions(t, &sessions, &[], body, run_exit)));
+                check(at, &on(m, with_sessions(t, &sessions, &[], body)));
                 // Shared code, one program and several, plain and counted, for
                 // functions whose sites are at their start or past an ENDBR.
                 for (progs, offset) in [(1, 0), (3, 4), (38, 4)] {
@@ -539,10 +528,7 @@ fn every_arg_count() {
                     );
                 }
                 let t = tramp(nr, saved, addr, &slots[..1], run);
-                check(
-                    at,
-                    &on(m, with_sessions(t, &sessions[..3], &exits, body, run_exit)),
-                );
+                check(at, &on(m, with_sessions(t, &sessions[..3], &exits, body)));
             }
         }
     }
@@ -629,15 +615,12 @@ fn refusals() {
     let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), false, &Mitigations::default())];
     let mut eb = vec![0u8; len(1, 1, 0, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
-        bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at, at)),
+        bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at)),
         Err(EmitError::BadShape)
     );
     let mut eb1 = vec![0u8; len(1, 1, 1, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
-        bad(
-            &mut eb1,
-            &with_exit(tramp(1, 1, 0, &slots, at), &[], at, at)
-        ),
+        bad(&mut eb1, &with_exit(tramp(1, 1, 0, &slots, at), &[], at)),
         Err(EmitError::BadShape)
     );
     // Counted programs: not with an exit (which counts the call itself), not without a
@@ -655,32 +638,27 @@ fn refusals() {
     assert_eq!(
         bad(
             &mut cb,
-            &counted(with_exit(tramp(1, 1, 0, &slots, at), &slots, at, at))
+            &counted(with_exit(tramp(1, 1, 0, &slots, at), &slots, at))
         ),
         Err(EmitError::BadShape)
     );
     assert_eq!(
         bad(
             &mut xb,
-            &with_exit(tramp(1, 1, 0, &[], at), &slots, at + (1 << 32), at)
+            &with_exit(tramp(1, 1, 0, &[], at), &slots, at + (1 << 32))
         ),
         Err(EmitError::TooFar)
     );
     assert_eq!(
         bad(
             &mut xb,
-            &with_exit(tramp(1, 1, 0, &[], at), &slots, at, at - (1 << 32))
+            &with_exit(tramp(1, 1, 0, &[], at - (1 << 32)), &slots, at)
         ),
         Err(EmitError::TooFar)
     );
     check(
         at,
-        &with_exit(
-            tramp(1, 1, 0, &[], at),
-            &slots,
-            at - (1 << 30),
-            at + (1 << 30),
-        ),
+        &with_exit(tramp(1, 1, 0, &[], at + (1 << 30)), &slots, at - (1 << 30)),
     );
     // More sessions than cookies have room for (the index is one byte, the frame holds
     // MAX_SESSIONS) is refused.
@@ -699,13 +677,13 @@ fn refusals() {
     assert_eq!(
         bad(
             &mut sb,
-            &with_sessions(tramp(1, 1, 0, &[], at), &nine, &[], at, at)
+            &with_sessions(tramp(1, 1, 0, &[], at), &nine, &[], at)
         ),
         Err(EmitError::BadShape)
     );
     check(
         at,
-        &with_sessions(tramp(1, 1, 0, &[], at), &nine[1..], &[], at, at),
+        &with_sessions(tramp(1, 1, 0, &[], at), &nine[1..], &[], at),
     );
 }
 
@@ -841,7 +819,7 @@ proptest! {
         sessions in prop::collection::vec(any::<u64>(), 0..=MAX_SESSIONS as usize),
         exits in prop::collection::vec(any::<u64>(), 0..4),
         at in 0xffff_ffff_a000_0000u64..0xffff_ffff_f000_0000,
-        deltas in prop::array::uniform3(-(1i64 << 30)..(1i64 << 30)),
+        deltas in prop::array::uniform2(-(1i64 << 30)..(1i64 << 30)),
         addr in any::<u64>(),
         cpu in 0usize..4,
         thunk_delta in -(1i64 << 30)..(1i64 << 30),
@@ -850,9 +828,9 @@ proptest! {
         prop_assume!(!sessions.is_empty() || !exits.is_empty());
         let saved = (nr + extra).min(12);
         let m = cpus(at.wrapping_add(thunk_delta as u64))[cpu];
-        let [run, body, run_exit] = deltas.map(|d| at.wrapping_add(d as u64));
+        let [run, body] = deltas.map(|d| at.wrapping_add(d as u64));
         let t = tramp(nr, saved, addr, &entries, run);
-        check(at, &on(m, with_sessions(t, &sessions, &exits, body, run_exit)));
+        check(at, &on(m, with_sessions(t, &sessions, &exits, body)));
     }
 }
 
