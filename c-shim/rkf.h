@@ -116,6 +116,7 @@ struct mm_struct;
 /* The kfunc sets of rkf_stack: for the tracing hook, and for kprobe programs. */
 extern const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set;
 extern const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set;
+int rkf_stack_kfunc_filter_init(void);
 
 struct mm_struct *rkf_stack_mm_lock(void **cookie);
 void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);

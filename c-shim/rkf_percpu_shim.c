@@ -54,9 +54,15 @@ __bpf_kfunc void *bpf_rkf_this_cpu_ptr(const void *ptr__ign)
 
 __bpf_kfunc_end_defs();
 
+/*
+ * KF_PERFMON: the result is a kernel address as a scalar, which a program could store
+ * anywhere; only bpf_rdonly_cast() (itself KF_PERFMON) makes it a pointer to read
+ * through.  The helpers' typed result is a pointer the verifier keeps a program without
+ * CAP_PERFMON from leaking (allow_ptr_leaks), so they need only CAP_BPF.
+ */
 BTF_KFUNCS_START(rkf_percpu_kfunc_ids)
-BTF_ID_FLAGS(func, bpf_rkf_per_cpu_ptr)
-BTF_ID_FLAGS(func, bpf_rkf_this_cpu_ptr)
+BTF_ID_FLAGS(func, bpf_rkf_per_cpu_ptr, KF_PERFMON)
+BTF_ID_FLAGS(func, bpf_rkf_this_cpu_ptr, KF_PERFMON)
 BTF_KFUNCS_END(rkf_percpu_kfunc_ids)
 
 const struct btf_kfunc_id_set rkf_percpu_kfunc_set = {

@@ -169,6 +169,8 @@ static bool rkf_task_user_regs(struct task_struct *task)
 	if (!READ_ONCE(task->stack) ||
 	    copy_from_kernel_nofault(&regs, task_pt_regs(task), sizeof(regs)))
 		return false;
+	/* The copy before the refcount: a stack freed meanwhile reads 0 there. */
+	smp_rmb();
 	return refcount_read(&task->stack_refcount) && user_mode(&regs);
 }
 
@@ -176,8 +178,10 @@ __bpf_kfunc_start_defs();
 
 /*
  * Whether build ids may be parsed where a page fault is allowed: the calling program is
- * sleepable, as the verifier gives such programs bpf_get_stack_sleepable(), and it runs
- * where it may sleep.  A sleepable program inside bpf_rcu_read_lock(),
+ * sleepable, as bpf_get_task_stack_sleepable() parses them in every sleepable program
+ * and bpf_get_stack_sleepable() in sleepable kprobe and uprobe programs (a sleepable
+ * fentry or LSM program gets the raw_tp helper, which never faults), and it runs where
+ * it may sleep.  A sleepable program inside bpf_rcu_read_lock(),
  * bpf_preempt_disable() or bpf_local_irq_save(), or in a timer callback, may not; there
  * the verifier refuses the helper's sleepable form (.might_sleep), and the kfuncs parse
  * without faults instead.
@@ -196,12 +200,14 @@ static bool rkf_may_fault(const struct bpf_prog_aux *aux)
  *          call the kfunc with the three arguments above
  *
  * The kernel stack starts at the calling program, as the helper's does for raw
- * tracepoint, tp_btf, fentry/fexit and tracepoint programs.  In a sleepable program,
- * build ids are parsed where a page fault is allowed, as bpf_get_stack_sleepable() does:
- * a mapped ELF file whose build id is not in the page cache still gives it.
+ * tracepoint, tp_btf and fentry/fexit programs; in a tracepoint program the helper's
+ * starts at the tracepoint, a few frames below (perf_trace_<event>()'s regs).  In a
+ * sleepable program, build ids are parsed where a page fault is allowed
+ * (rkf_may_fault()): a mapped ELF file whose build id is not in the page cache still
+ * gives it, where the helper of a sleepable fentry or LSM program gives an ip.
  *
  * Return: the bytes written, or a negative errno with the buffer zeroed (-EBUSY, nested
- * more than three deep on this cpu, leaves it untouched), exactly as the helper.
+ * more than three deep on this cpu, leaves it untouched), as the helper.
  */
 __bpf_kfunc long bpf_rkf_get_stack(void *buf, u32 buf__sz, u64 flags,
 				   const struct bpf_prog_aux *aux)
@@ -265,17 +271,30 @@ __bpf_kfunc long bpf_rkf_get_stack_kprobe(struct pt_regs *ctx, void *buf, u32 bu
  *
  * As bpf_get_stack_pe(): if the event samples callchains (PERF_SAMPLE_CALLCHAIN), the
  * stack is the sample's, with perf's context markers; otherwise it is walked from the
- * sampled regs.  perf_event programs are never sleepable.
+ * sampled regs.  perf_event programs are never sleepable, and only they may call it
+ * (rkf_stack_kfunc_filter()).
  *
- * Return: as bpf_rkf_get_stack().
+ * On a precise event (PEBS) without a full sampled callchain, the kernel refuses to
+ * attach a program that calls bpf_get_stack() (perf_event_set_bpf_handler() in
+ * kernel/events/core.c: a walk from the sampled regs may upset the unwinder); it cannot
+ * tell a program that calls this kfunc, which refuses the call instead.
+ *
+ * Return: as bpf_rkf_get_stack(), and -EPROTO (the buffer zeroed) on such an event.
  */
 __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf,
 				      u32 buf__sz, u64 flags)
 {
 	struct bpf_perf_event_data_kern *kctx = (struct bpf_perf_event_data_kern *)ctx;
+	const struct perf_event_attr *attr = &kctx->event->attr;
 	const struct perf_callchain_entry *trace;
 
-	if (!(kctx->event->attr.sample_type & PERF_SAMPLE_CALLCHAIN))
+	if (attr->precise_ip && (!(attr->sample_type & PERF_SAMPLE_CALLCHAIN) ||
+				 attr->exclude_callchain_kernel ||
+				 attr->exclude_callchain_user)) {
+		memset(buf, 0, buf__sz);
+		return -EPROTO;
+	}
+	if (!(attr->sample_type & PERF_SAMPLE_CALLCHAIN))
 		return rkf_stack_get((struct pt_regs *)kctx->regs, buf, buf__sz, flags, false);
 	trace = kctx->data->callchain;
 	return rkf_stack_get_sampled(trace ? trace->ip : NULL, trace ? trace->nr : 0,
@@ -330,22 +349,69 @@ __bpf_kfunc_end_defs();
 /*
  * KF_IMPLICIT_ARGS: the verifier passes the calling program's aux, which the programs'
  * prototypes (include/rkf.bpf.h) leave out.  A kfunc in both sets has the same flags in
- * both, as the verifier requires.
+ * both, as the verifier requires.  KF_PERFMON: bpf_get_task_stack() is a helper of
+ * CAP_PERFMON (bpf_base_func_proto() in kernel/bpf/helpers.c), which a syscall program,
+ * loaded with CAP_BPF alone, would not otherwise need; bpf_get_stack() is there for it
+ * with CAP_BPF (the raw_tp proto), and so is bpf_rkf_get_stack().
  */
 BTF_KFUNCS_START(rkf_stack_tracing_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack, KF_IMPLICIT_ARGS)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_pe)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON)
 BTF_KFUNCS_END(rkf_stack_tracing_kfunc_ids)
 
 BTF_KFUNCS_START(rkf_stack_kprobe_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe, KF_IMPLICIT_ARGS)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON)
 BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
+
+/* bpf_rkf_get_stack_pe()'s id in the module's BTF as loaded: rkf_stack_kfunc_filter_init(). */
+static u32 rkf_stack_pe_id __ro_after_init;
+
+/**
+ * rkf_stack_kfunc_filter_init() - find what rkf_stack_kfunc_filter() refuses
+ *
+ * The verifier passes the filter a kfunc's id in the module's BTF as the kernel loaded
+ * it, renumbered against vmlinux's (kernel/bpf/btf_relocate.c: an out-of-tree module's
+ * BTF is split against a distilled base), which a BTF_ID_LIST of the module, resolved
+ * at build time, does not hold.  The loaded BTF is registered before the module's init
+ * runs (btf_module_notify()), and the kfunc's name is the module's own.
+ *
+ * Return: 0, or -ENOENT if the module's BTF has no bpf_rkf_get_stack_pe().
+ */
+int rkf_stack_kfunc_filter_init(void)
+{
+	struct btf *btf;
+	s32 id;
+
+	id = bpf_find_btf_id("bpf_rkf_get_stack_pe", BTF_KIND_FUNC, &btf);
+	if (id < 0)
+		return id;
+	btf_put(btf);
+	rkf_stack_pe_id = id;
+	return 0;
+}
+
+/*
+ * The tracing hook serves tracepoint, raw_tp, LSM and perf_event programs, and the set is
+ * registered for syscall programs too (bpf_prog_type_to_kfunc_hook() in
+ * kernel/bpf/btf.c).  bpf_rkf_get_stack_pe() reads a perf_event program's context, which
+ * the verifier makes an argument of that type be in such a program only: in any other,
+ * a struct of scalars is plain memory, which a program could fill with a pointer of its
+ * choosing.  So only perf_event programs may call it, as the kernel gives
+ * bpf_get_stack_pe() to them only (pe_prog_func_proto() in kernel/trace/bpf_trace.c).
+ */
+static int rkf_stack_kfunc_filter(const struct bpf_prog *prog, u32 kfunc_id)
+{
+	if (kfunc_id == rkf_stack_pe_id && prog->type != BPF_PROG_TYPE_PERF_EVENT)
+		return -EACCES;
+	return 0;
+}
 
 const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set = {
 	.owner = THIS_MODULE,
 	.set = &rkf_stack_tracing_kfunc_ids,
+	.filter = rkf_stack_kfunc_filter,
 };
 
 const struct btf_kfunc_id_set rkf_stack_kprobe_kfunc_set = {

@@ -39,8 +39,8 @@ impl CpuLayout for KernelCpus {
             return false;
         }
         // SAFETY: `__cpu_possible_mask` is a static cpumask that lives as long as the
-        // kernel, written only during early boot and cpu hot-add, a word at a time; `word`
-        // is one of its words (checked above), read through a raw pointer.
+        // kernel, `__ro_after_init` (kernel/cpu.c): written only before the module could
+        // load; `word` is one of its words (checked above), read through a raw pointer.
         let bits = unsafe {
             (&raw const bindings::__cpu_possible_mask)
                 .cast::<usize>()

@@ -4,7 +4,8 @@
 //! BPF program owns.
 //!
 //! `bpf_rkf_get_stack()` serves fentry/fexit, tp_btf, raw_tp and tracepoint programs (the
-//! stack starts at the program, as the helper's does there); `bpf_rkf_get_stack_kprobe()`
+//! stack starts at the program, as the helper's does but in tracepoint programs, where it
+//! starts a few frames below, at the tracepoint); `bpf_rkf_get_stack_kprobe()`
 //! serves kprobe programs (the stack starts at the probed instruction) and
 //! `bpf_rkf_get_stack_pe()` perf_event programs (the sampled regs or callchain);
 //! `bpf_rkf_get_task_stack()` serves all of them and takes the stack of a task, as
@@ -57,6 +58,8 @@ impl kernel::Module for RkfStack {
         // Everything the kfuncs use is set up before they are registered.
         let mm_work = MmUnlockWork::new();
         let buffers = CallchainBuffers::get()?;
+        // SAFETY: this is the module's init.
+        unsafe { stack::kfunc_filter_init()? };
         // The helper is there for syscall programs too (through the raw_tp proto).
         let tracing = KfuncRegistration::new(
             module,

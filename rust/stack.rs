@@ -30,6 +30,22 @@ pub(crate) static KPROBE_KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` as a const object.
     KfuncSet::new(unsafe { &rkf_h::rkf_stack_kprobe_kfunc_set });
 
+/// Finds what the tracing set's filter refuses (`bpf_rkf_get_stack_pe()` to any program
+/// but a perf_event one), before the set is registered.
+///
+/// # Safety
+///
+/// Called from the module's init only: the id it finds is `__ro_after_init`.
+pub(crate) unsafe fn kfunc_filter_init() -> Result {
+    // SAFETY: the caller runs in the module's init, as the function's contract requires.
+    kernel::error::to_result(unsafe { rkf_h::rkf_stack_kfunc_filter_init() }).inspect_err(|e| {
+        pr_err!(
+            "bpf_rkf_get_stack_pe() is not in rkf_stack's BTF: {:?}\n",
+            e
+        )
+    })
+}
+
 /// A reference on the perf callchain buffers, held while the module is loaded.
 ///
 /// The verifier takes one for each program that calls `bpf_get_stack()`; kfunc calls get
@@ -48,7 +64,9 @@ impl CallchainBuffers {
     /// Takes the reference, sized for the current `kernel.perf_event_max_stack`.
     pub(crate) fn get() -> Result<Self> {
         let max = sysctl_max_stack();
-        // `max` is the sysctl's own value, so this does not fail with EOVERFLOW.
+        // `max` is the sysctl's own value, so this fails with EOVERFLOW only if a write
+        // lowers it meanwhile (read unlocked, as stack_map_alloc() reads it): the load
+        // then fails, and may be tried again.
         kernel::error::to_result(rkf_h::get_callchain_buffers(max as i32))
             .inspect_err(|e| pr_err!("cannot get the perf callchain buffers: {:?}\n", e))?;
         // INVARIANT: the reference was just taken.

@@ -21,6 +21,9 @@ unsafe extern "C" {
     pub static rkf_stack_kprobe_kfunc_set: btf_kfunc_id_set;
 }
 unsafe extern "C" {
+    pub fn rkf_stack_kfunc_filter_init() -> ffi::c_int;
+}
+unsafe extern "C" {
     pub fn rkf_stack_mm_lock(cookie: *mut *mut ffi::c_void) -> *mut mm_struct;
 }
 unsafe extern "C" {

@@ -139,4 +139,30 @@ int perf_event_prog(struct bpf_perf_event_data *ctx)
 	return take(PERF_EVENT, ctx);
 }
 
+/*
+ * The kfunc alone, on a precise event: the kernel refuses to attach perf_event_prog
+ * there without a full sampled callchain, as it calls the helper; it cannot tell that
+ * this one calls the kfunc, which must refuse the call itself (-EPROTO).
+ */
+struct stack_sample pe_kfunc_sample;
+__u32 pe_kfunc_armed;
+__u32 pe_kfunc_done;
+
+SEC("perf_event")
+int perf_event_kfunc_prog(struct bpf_perf_event_data *ctx)
+{
+	struct stack_sample *s = &pe_kfunc_sample;
+	__u32 sz = size;
+
+	if (bpf_get_current_pid_tgid() >> 32 != target_tgid || !pe_kfunc_armed)
+		return 0;
+	pe_kfunc_armed = 0;
+	if (sz > sizeof(s->kf))
+		sz = sizeof(s->kf);
+	s->kf_ret = bpf_rkf_get_stack_pe(ctx, s->kf, sz, flags);
+	/* A locked add: after the sample's stores for the reader. */
+	__sync_fetch_and_add(&pe_kfunc_done, 1);
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "GPL";

@@ -101,7 +101,7 @@ impl CapCase {
     }
 }
 
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
+pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
     let mut i = sys::bpf_insn {
         code,
         off,
@@ -113,10 +113,10 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> sys::bpf_insn {
     i
 }
 
-const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+pub(crate) const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 
 /// r0 = 0; exit
-fn ret0() -> [sys::bpf_insn; 2] {
+pub(crate) fn ret0() -> [sys::bpf_insn; 2] {
     [insn(0xb7, 0, 0, 0, 0), insn(0x95, 0, 0, 0, 0)]
 }
 
@@ -148,26 +148,62 @@ fn per_cpu_ptr_prog(id: u32) -> Vec<sys::bpf_insn> {
     p
 }
 
+/// `bpf_rkf_this_cpu_ptr(0)`, the kfunc with BTF id `id` of module BTF `fd_array[1]`.
+fn this_cpu_ptr_prog(id: u32) -> Vec<sys::bpf_insn> {
+    let mut p = vec![
+        insn(0xb7, 1, 0, 0, 0),
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+    ];
+    p.extend(ret0());
+    p
+}
+
+/// `bpf_rkf_get_task_stack(task, buf, 64, 0)` on init's task, taken with
+/// `bpf_task_from_pid(1)` and given back with `bpf_task_release()` (vmlinux kfuncs
+/// `from_pid` and `release`), into a zeroed stack buffer: `id` is the kfunc of module BTF
+/// `fd_array[1]`.
+fn get_task_stack_prog(id: u32, from_pid: u32, release: u32) -> Vec<sys::bpf_insn> {
+    let mut p: Vec<_> = (0..8)
+        .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
+        .collect();
+    p.extend([
+        insn(0xb7, 1, 0, 0, 1), // r1 = 1
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 0, from_pid as i32),
+        insn(0x15, 0, 0, 9, 0),   // if r0 == 0 goto exit
+        insn(0xbf, 6, 0, 0, 0),   // r6 = r0
+        insn(0xbf, 1, 6, 0, 0),   // r1 = r6
+        insn(0xbf, 2, 10, 0, 0),  // r2 = r10
+        insn(0x07, 2, 0, 0, -64), // r2 += -64
+        insn(0xb7, 3, 0, 0, 64),  // r3 = 64
+        insn(0xb7, 4, 0, 0, 0),   // r4 = 0
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+        insn(0xbf, 1, 6, 0, 0), // r1 = r6
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 0, release as i32),
+    ]);
+    p.extend(ret0());
+    p
+}
+
 /// One program to load.
-struct Prog<'a> {
-    what: &'static str,
-    prog_type: sys::bpf_prog_type,
-    attach_type: sys::bpf_attach_type,
+pub(crate) struct Prog<'a> {
+    pub what: &'static str,
+    pub prog_type: sys::bpf_prog_type,
+    pub attach_type: sys::bpf_attach_type,
     /// The function an fentry program attaches to, and the BTF object it is in (None:
     /// vmlinux).
-    attach: Option<(u32, Option<&'a OwnedFd>)>,
+    pub attach: Option<(u32, Option<&'a OwnedFd>)>,
     /// The module BTF of the kfunc the program calls.
-    kfunc_btf: Option<&'a OwnedFd>,
-    insns: Vec<sys::bpf_insn>,
-    /// Whether an unprivileged (CAP_BPF-only) load may succeed: syscall programs, which
-    /// the kernel lets call bpf_get_stack() and bpf_per_cpu_ptr() with CAP_BPF alone
-    /// (kernel/bpf/syscall.c, syscall_prog_func_proto(); kernel/bpf/helpers.c).
-    cap_bpf_enough: bool,
+    pub kfunc_btf: Option<&'a OwnedFd>,
+    pub insns: Vec<sys::bpf_insn>,
+    /// Whether an unprivileged (CAP_BPF-only) load may succeed: a syscall program calling
+    /// bpf_rkf_get_stack(), as the kernel lets one call bpf_get_stack() with CAP_BPF
+    /// alone (kernel/bpf/syscall.c, syscall_prog_func_proto(), through the raw_tp proto).
+    pub cap_bpf_enough: bool,
 }
 
 impl Prog<'_> {
     /// Loads the program: 0, or the errno, and the verifier log on failure.
-    fn load(&self) -> (i32, String) {
+    pub fn load(&self) -> (i32, String) {
         let mut log = vec![0u8; 1 << 16];
         let fd_array = [0, self.kfunc_btf.map_or(-1, |f| f.as_raw_fd())];
         let mut opts = sys::bpf_prog_load_opts {
@@ -210,9 +246,13 @@ impl Prog<'_> {
 }
 
 /// Programs that use the rkf kfuncs, and rkf_multi programs, load only with CAP_BPF and
-/// CAP_PERFMON, as the kernel's helpers they stand in for: EPERM without capabilities,
-/// EPERM for every tracing, kprobe and rkf_multi program with CAP_BPF alone; syscall
-/// programs need CAP_BPF only, like bpf_get_stack() and bpf_per_cpu_ptr() in them.  Each
+/// CAP_PERFMON: EPERM without capabilities, EPERM for every tracing, kprobe and rkf_multi
+/// program with CAP_BPF alone.  A syscall program needs CAP_BPF only for
+/// bpf_rkf_get_stack(), like bpf_get_stack() in it; bpf_rkf_get_task_stack() needs
+/// CAP_PERFMON there too, as bpf_get_task_stack() does (kernel/bpf/helpers.c,
+/// bpf_base_func_proto()), and so do the per-cpu kfuncs (KF_PERFMON: their result is an
+/// address as a scalar, which a program could store anywhere, where the helpers' typed
+/// pointer is one the verifier keeps a program without CAP_PERFMON from leaking).  Each
 /// program loads with both capabilities, so the refusals are about privilege.
 fn kfunc_programs() -> Result<()> {
     for m in ["rkf_stack", "rkf_percpu", "rkf_multi"] {
@@ -230,7 +270,11 @@ fn kfunc_programs() -> Result<()> {
     let percpu_fd = btf::object_fd("rkf_percpu")?;
     let multi_fd = btf::object_fd("rkf_multi")?;
     let get_stack = find(&stack_btf, "bpf_rkf_get_stack")?;
+    let get_task_stack = find(&stack_btf, "bpf_rkf_get_task_stack")?;
     let per_cpu_ptr = find(&percpu_btf, "bpf_rkf_per_cpu_ptr")?;
+    let this_cpu_ptr = find(&percpu_btf, "bpf_rkf_this_cpu_ptr")?;
+    let task_from_pid = find(&vmlinux, "bpf_task_from_pid")?;
+    let task_release = find(&vmlinux, "bpf_task_release")?;
     let fentry_test1 = find(&vmlinux, "bpf_fentry_test1")?;
     let tmpl6 = find(&multi_btf, "rkf_multi_tmpl6")?;
 
@@ -252,6 +296,15 @@ fn kfunc_programs() -> Result<()> {
             kfunc_btf: Some(&stack_fd),
             insns: get_stack_prog(get_stack),
             cap_bpf_enough: true,
+        },
+        Prog {
+            what: "syscall program calling bpf_rkf_get_task_stack()",
+            prog_type: sys::BPF_PROG_TYPE_SYSCALL,
+            attach_type: 0,
+            attach: None,
+            kfunc_btf: Some(&stack_fd),
+            insns: get_task_stack_prog(get_task_stack, task_from_pid, task_release),
+            cap_bpf_enough: false,
         },
         Prog {
             what: "kprobe calling bpf_rkf_per_cpu_ptr()",
@@ -278,7 +331,16 @@ fn kfunc_programs() -> Result<()> {
             attach: None,
             kfunc_btf: Some(&percpu_fd),
             insns: per_cpu_ptr_prog(per_cpu_ptr),
-            cap_bpf_enough: true,
+            cap_bpf_enough: false,
+        },
+        Prog {
+            what: "syscall program calling bpf_rkf_this_cpu_ptr()",
+            prog_type: sys::BPF_PROG_TYPE_SYSCALL,
+            attach_type: 0,
+            attach: None,
+            kfunc_btf: Some(&percpu_fd),
+            insns: this_cpu_ptr_prog(this_cpu_ptr),
+            cap_bpf_enough: false,
         },
         Prog {
             what: "rkf_multi fexit program (on rkf_multi_tmpl6)",

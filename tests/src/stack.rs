@@ -5,6 +5,7 @@
 
 use std::{
     mem::MaybeUninit,
+    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
     sync::atomic::{fence, Ordering},
     time::Duration,
 };
@@ -23,7 +24,9 @@ use crate::{
 use rkf::{
     kallsyms::KernelSymbolizer,
     modules,
-    perf::{open_cpu_clock, Sampling, Target, PERF_SAMPLE_CALLCHAIN},
+    perf::{
+        open_cpu_clock, open_cpu_clock_precise, Exclude, Sampling, Target, PERF_SAMPLE_CALLCHAIN,
+    },
     skeleton,
 };
 
@@ -51,6 +54,14 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "stack_perf_event_differential",
         run: perf_event_differential,
+    },
+    Test {
+        name: "stack_perf_event_precise",
+        run: perf_event_precise,
+    },
+    Test {
+        name: "stack_perf_event_kfunc_only_in_perf_event_programs",
+        run: pe_only_in_perf_event_programs,
     },
     Test {
         name: "stack_deep_kernel_differential",
@@ -702,19 +713,9 @@ fn perf_event_sample(
     let link = skel
         .progs
         .perf_event_prog
-        .attach_perf_event(std::os::fd::AsRawFd::as_raw_fd(&fd))
+        .attach_perf_event(fd.as_raw_fd())
         .context("attaching the perf_event program")?;
-    // Spend time in the kernel (and in user space) until the program took a sample.
-    let start = std::time::Instant::now();
-    let mut zero = std::fs::File::open("/dev/zero")?;
-    let mut chunk = vec![0u8; 1 << 16];
-    while skel.maps.bss_data.as_deref().context("no .bss")?.armed[pe] != 0 {
-        check!(
-            start.elapsed() < Duration::from_secs(10),
-            "no cpu-clock sample in 10 s"
-        );
-        std::io::Read::read_exact(&mut zero, &mut chunk)?;
-    }
+    until_sampled(|| Ok(skel.maps.bss_data.as_deref().context("no .bss")?.armed[pe] != 0))?;
     drop(link);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     let s = &bss.samples[pe];
@@ -749,6 +750,239 @@ fn perf_event_differential() -> Result<()> {
             compare(&s, flags, size as usize, &k)
                 .with_context(|| format!("perf_event ({what}), flags {flags:#x}, size {size}"))?;
         }
+    }
+    Ok(())
+}
+
+/// Spends time in the kernel (and in user space) while `waiting`: until a perf_event
+/// program on this thread's cpu-clock took its sample.
+fn until_sampled(waiting: impl Fn() -> Result<bool>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut zero = std::fs::File::open("/dev/zero")?;
+    let mut chunk = vec![0u8; 1 << 16];
+    while waiting()? {
+        check!(
+            start.elapsed() < Duration::from_secs(10),
+            "no cpu-clock sample in 10 s"
+        );
+        std::io::Read::read_exact(&mut zero, &mut chunk)?;
+    }
+    Ok(())
+}
+
+/// On a precise event (`precise_ip`) without a full sampled callchain, the kernel refuses
+/// to attach a program that calls bpf_get_stack() with EPROTO (perf_event_set_bpf_handler()
+/// in kernel/events/core.c: a walk from PEBS regs may upset the unwinder).  It cannot
+/// tell a program that calls bpf_rkf_get_stack_pe() alone, which attaches: there the
+/// kfunc must give -EPROTO and a zeroed buffer on every event the kernel refuses the
+/// helper's program on, and a stack on the one it takes it on (a full callchain).
+fn perf_event_precise() -> Result<()> {
+    let mut obj = MaybeUninit::uninit();
+    let (mut skel, _) = load(&mut obj)?;
+    for (sample_type, exclude, refused, what) in [
+        (0, Exclude::Nothing, true, "no sampled callchain"),
+        (
+            PERF_SAMPLE_CALLCHAIN,
+            Exclude::User,
+            true,
+            "no user callchain",
+        ),
+        (
+            PERF_SAMPLE_CALLCHAIN,
+            Exclude::Nothing,
+            false,
+            "full callchain",
+        ),
+    ] {
+        let open = || {
+            open_cpu_clock_precise(
+                Target::ThisThread,
+                Sampling::Period(100_000),
+                sample_type,
+                exclude,
+            )
+        };
+        // The kernel's verdict on the helper's program, through BPF_LINK_CREATE.
+        let fd = open()?;
+        // SAFETY: a program fd and a perf event fd that outlive the call, no options.
+        let r = unsafe {
+            libbpf_rs::libbpf_sys::bpf_link_create(
+                skel.progs.perf_event_prog.as_fd().as_raw_fd(),
+                fd.as_raw_fd(),
+                libbpf_rs::libbpf_sys::BPF_PERF_EVENT,
+                std::ptr::null(),
+            )
+        };
+        if r >= 0 {
+            // SAFETY: a new link fd that nothing else owns; closing it detaches.
+            drop(unsafe { OwnedFd::from_raw_fd(r) });
+        }
+        check_eq!(
+            r,
+            if refused { -libc::EPROTO } else { r.max(0) },
+            "{what}: attaching the helper's program"
+        );
+        drop(fd);
+        // The kfunc's.
+        let fd = open()?;
+        {
+            let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+            bss.flags = 0;
+            bss.size = BUF;
+            bss.pe_kfunc_sample.kf = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+            bss.pe_kfunc_sample.kf_ret = 0;
+            bss.pe_kfunc_done = 0;
+            bss.pe_kfunc_armed = 1;
+        }
+        let link = skel
+            .progs
+            .perf_event_kfunc_prog
+            .attach_perf_event(fd.as_raw_fd())
+            .with_context(|| format!("{what}: attaching the kfunc's program"))?;
+        until_sampled(|| {
+            Ok(skel
+                .maps
+                .bss_data
+                .as_deref()
+                .context("no .bss")?
+                .pe_kfunc_done
+                == 0)
+        })?;
+        drop(link);
+        let s = &skel
+            .maps
+            .bss_data
+            .as_deref()
+            .context("no .bss")?
+            .pe_kfunc_sample;
+        diag!("precise event, {what}: kfunc {}", s.kf_ret);
+        if refused {
+            check_eq!(
+                s.kf_ret,
+                -i64::from(libc::EPROTO),
+                "{what}: the kfunc's result"
+            );
+            check!(
+                s.kf.iter().all(|&w| w == 0),
+                "{what}: the buffer is not zeroed: {:x?}",
+                s.kf
+            );
+        } else {
+            check!(
+                s.kf_ret > 0 && s.kf_ret <= i64::from(BUF) && s.kf_ret % 8 == 0,
+                "{what}: the kfunc's result {}",
+                s.kf_ret
+            );
+        }
+    }
+    Ok(())
+}
+
+/// bpf_rkf_get_stack_pe() reads a perf_event program's context, and the kernel gives
+/// bpf_get_stack_pe() to perf_event programs only: the other program types of the kfunc
+/// hooks rkf_stack registers its set for (tracing, which serves tracepoint, raw_tp and
+/// LSM programs too, and syscall) cannot call it (EACCES, the set's filter), with the
+/// same instructions that load as a perf_event program, nor with a zeroed `struct
+/// bpf_perf_event_data` of their own, which outside a perf_event program the verifier
+/// takes as plain memory (a struct of scalars) and the kfunc would read a `struct
+/// perf_event` pointer from.
+fn pe_only_in_perf_event_programs() -> Result<()> {
+    use crate::privilege::{insn, ret0, Prog, BPF_PSEUDO_KFUNC_CALL};
+    use libbpf_rs::libbpf_sys as sys;
+    use rkf::{btf, btf::KernelBtf};
+
+    modules::require("rkf_stack")?;
+    let vmlinux = KernelBtf::vmlinux()?;
+    let stack_btf = KernelBtf::module(&vmlinux, "rkf_stack")?;
+    let stack_fd = btf::object_fd("rkf_stack")?;
+    let pe = stack_btf
+        .find_func("bpf_rkf_get_stack_pe")?
+        .context("no BTF function bpf_rkf_get_stack_pe in rkf_stack")?;
+    let fentry_test1 = vmlinux
+        .find_func("bpf_fentry_test1")?
+        .context("no BTF function bpf_fentry_test1 in vmlinux")?;
+    // bpf_rkf_get_stack_pe(ctx, buf, 64, 0) on a zeroed stack buffer.
+    let mut insns: Vec<_> = (0..8)
+        .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
+        .collect();
+    insns.extend([
+        insn(0xbf, 2, 10, 0, 0),  // r2 = r10
+        insn(0x07, 2, 0, 0, -64), // r2 += -64
+        insn(0xb7, 3, 0, 0, 64),  // r3 = 64
+        insn(0xb7, 4, 0, 0, 0),   // r4 = 0
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, pe as i32),
+    ]);
+    insns.extend(ret0());
+    // The same with r1 a zeroed struct bpf_perf_event_data (23 words) on the stack.
+    let mut fake: Vec<_> = (0..8 + 23)
+        .map(|i| insn(0x7a, 10, 0, -248 + 8 * i, 0)) // *(u64 *)(r10 - 248 + 8i) = 0
+        .collect();
+    fake.extend([
+        insn(0xbf, 1, 10, 0, 0),   // r1 = r10
+        insn(0x07, 1, 0, 0, -248), // r1 += -248
+    ]);
+    fake.extend_from_slice(&insns[8..]);
+    let prog = |what, prog_type, attach_type, attach, insns: &Vec<_>| Prog {
+        what,
+        prog_type,
+        attach_type,
+        attach,
+        kfunc_btf: Some(&stack_fd),
+        insns: insns.clone(),
+        cap_bpf_enough: false,
+    };
+    let fentry = |what, insns| {
+        prog(
+            what,
+            sys::BPF_PROG_TYPE_TRACING,
+            sys::BPF_TRACE_FENTRY,
+            Some((fentry_test1, None)),
+            insns,
+        )
+    };
+    for (p, want) in [
+        (
+            prog("perf_event", sys::BPF_PROG_TYPE_PERF_EVENT, 0, None, &insns),
+            0,
+        ),
+        (fentry("fentry", &insns), libc::EACCES),
+        (fentry("fentry (its own struct)", &fake), libc::EACCES),
+        (
+            prog("raw_tp", sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0, None, &insns),
+            libc::EACCES,
+        ),
+        (
+            prog("tracepoint", sys::BPF_PROG_TYPE_TRACEPOINT, 0, None, &insns),
+            libc::EACCES,
+        ),
+        (
+            prog("syscall", sys::BPF_PROG_TYPE_SYSCALL, 0, None, &insns),
+            libc::EACCES,
+        ),
+        (
+            prog(
+                "syscall (its own struct)",
+                sys::BPF_PROG_TYPE_SYSCALL,
+                0,
+                None,
+                &fake,
+            ),
+            libc::EACCES,
+        ),
+    ] {
+        let (errno, log) = p.load();
+        if errno != want {
+            diag!("verifier log of the {} program:", p.what);
+            for l in log.lines() {
+                diag!("  {l}");
+            }
+        }
+        check_eq!(
+            std::io::Error::from_raw_os_error(errno).to_string(),
+            std::io::Error::from_raw_os_error(want).to_string(),
+            "a {} program calling bpf_rkf_get_stack_pe()",
+            p.what
+        );
     }
     Ok(())
 }

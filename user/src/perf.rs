@@ -35,6 +35,41 @@ pub enum Target {
 /// Opens a cpu-clock event on `target` that samples as `sampling` says, with
 /// `sample_type` (for example [`PERF_SAMPLE_CALLCHAIN`]).
 pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> Result<OwnedFd> {
+    open(target, sampling, sample_type, |_| {})
+}
+
+/// What a precise event's sampled callchain leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exclude {
+    /// Nothing: kernel and user frames.
+    Nothing,
+    /// The user frames (`exclude_callchain_user`).
+    User,
+}
+
+/// Opens a cpu-clock event as [`open_cpu_clock()`] does, asking for precise samples
+/// (`precise_ip`, which a software event takes and ignores), with `exclude` left out of
+/// its sampled callchains: the events on which the kernel refuses to attach a program
+/// that calls `bpf_get_stack()`, unless they sample full callchains
+/// (`perf_event_set_bpf_handler()` in kernel/events/core.c).
+pub fn open_cpu_clock_precise(
+    target: Target,
+    sampling: Sampling,
+    sample_type: u64,
+    exclude: Exclude,
+) -> Result<OwnedFd> {
+    open(target, sampling, sample_type, |attr| {
+        attr.set_precise_ip(1);
+        attr.set_exclude_callchain_user((exclude == Exclude::User).into());
+    })
+}
+
+fn open(
+    target: Target,
+    sampling: Sampling,
+    sample_type: u64,
+    edit: impl FnOnce(&mut sys::perf_event_attr),
+) -> Result<OwnedFd> {
     let mut attr = sys::perf_event_attr {
         type_: sys::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<sys::perf_event_attr>() as u32,
@@ -42,6 +77,7 @@ pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> R
         sample_type,
         ..Default::default()
     };
+    edit(&mut attr);
     match sampling {
         Sampling::Period(ns) => attr.__bindgen_anon_1.sample_period = ns,
         Sampling::Frequency(hz) => {
@@ -56,8 +92,8 @@ pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> R
         Target::ThisThread => (0, -1),
         Target::Cpu(c) => (-1, c as i32),
     };
-    // SAFETY: `attr` is a whole perf_event_attr, zeroed but for the fields set above, of
-    // the size it says; no group and no flags.
+    // SAFETY: `attr` is a whole perf_event_attr, zeroed but for the fields set above and
+    // by `edit`, of the size it says; no group and no flags.
     let fd = unsafe { perf_event_open(&mut attr, pid, cpu, -1, 0) };
     if fd < 0 {
         bail!(
