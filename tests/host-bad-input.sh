@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=29
+planned=30
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
@@ -75,6 +75,18 @@ expect_fail profile_zero_frequency "frequency must be 1 to 10000 Hz, not 0" "$rk
 expect_fail profile_zero_duration "duration must be more than 0" "$rkf" profile -d 0
 expect_fail profile_nan_duration "duration must be more than 0" "$rkf" profile -d nan
 expect_fail profile_no_such_pid "no process 4000000000" "$rkf" profile -p 4000000000
+# A thread's id names its process: the programs follow a process by its tgid.
+python3 -c 'import threading, time, sys
+def run():
+    print(threading.get_native_id(), flush=True)
+    time.sleep(60)
+threading.Thread(target=run, daemon=True).start()
+time.sleep(60)' >"$tmp/tid" &
+threaded=$!
+for _ in $(seq 100); do [[ -s $tmp/tid ]] && break; sleep 0.1; done
+expect_fail profile_thread_id "^Error: $(cat "$tmp/tid") is a thread of process $threaded: give the process id" \
+	"$rkf" profile -p "$(cat "$tmp/tid")"
+kill "$threaded"
 expect_fail profile_kernel_and_user_only "cannot be used with" "$rkf" profile -K -U
 # rkf offcputime likewise.
 expect_fail offcputime_zero_duration "duration must be more than 0" "$rkf" offcputime -d 0

@@ -10,6 +10,7 @@ use std::io::Write;
 
 use clap::Parser;
 
+mod cli;
 mod funclatency;
 mod harness;
 mod kmod;
@@ -114,6 +115,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .chain(offcpu::TESTS)
         .chain(funclatency::TESTS)
         .chain(multi::TESTS)
+        .chain(cli::TESTS)
         .chain(privilege::TESTS)
         .chain(lifecycle::TESTS)
         .collect()

@@ -105,6 +105,10 @@ pub const TESTS: &[Test] = &[
         run: funccount_glob,
     },
     Test {
+        name: "multi_resolve_patterns",
+        run: resolve_patterns,
+    },
+    Test {
         name: "multi_ioctl_fuzz",
         run: ioctl_fuzz,
     },
@@ -1651,6 +1655,67 @@ fn funccount_glob() -> Result<()> {
         multi::links()?.is_empty(),
         "a link is left after funccount returned"
     );
+    Ok(())
+}
+
+/// `resolve()` counts every pattern that matches a function, however patterns overlap,
+/// and takes each function once; and it finds weak functions (`W` in /proc/kallsyms):
+/// `arch_vma_name()`, kernel/signal.c's weak default, which reading /proc/self/maps calls
+/// once per mapping, is counted by `rkf funccount`.
+fn resolve_patterns() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    modules::require("rkf_multi")?;
+    let names = |r: &multi::Resolved| {
+        let mut v: Vec<String> = r.funcs.iter().map(|f| f.name.clone()).collect();
+        v.sort();
+        v
+    };
+    let glob = names(&multi::resolve(&["bpf_fentry_test*"])?);
+    check!(glob.len() >= 9, "bpf_fentry_test* resolved to {glob:?}");
+    for pats in [
+        &["bpf_fentry_test*", "bpf_fentry_test1"][..],
+        &["bpf_fentry_test1", "bpf_fentry_test*"],
+        &["bpf_fentry_test*", "bpf_fentry_test*"],
+    ] {
+        let r = multi::resolve(pats).with_context(|| format!("resolve({pats:?})"))?;
+        check_eq!(names(&r), glob, "resolve({pats:?})");
+    }
+    let r = multi::resolve(&["bpf_fentry_test1", "bpf_fentry_test1"])?;
+    check_eq!(
+        names(&r),
+        vec!["bpf_fentry_test1".to_string()],
+        "a name given twice"
+    );
+
+    const WEAK: &str = "arch_vma_name";
+    let ksyms = Kallsyms::load()?;
+    let kinds: Vec<char> = ksyms
+        .symbols()
+        .iter()
+        .filter(|s| s.module.is_none() && s.name == WEAK)
+        .map(|s| s.kind)
+        .collect();
+    check_eq!(kinds, vec!['W'], "{WEAK} in /proc/kallsyms");
+    let stop = AtomicBool::new(false);
+    let (c, reads) = std::thread::scope(|s| -> Result<_> {
+        let reader = s.spawn(|| -> Result<u64> {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::read("/proc/self/maps")?;
+                n += 1;
+            }
+            Ok(n)
+        });
+        let c = multi::funccount(&[WEAK], std::time::Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("reader panicked")?;
+        Ok((c?, reads))
+    })?;
+    check_eq!(c.attached, 1, "{WEAK}: functions attached");
+    let n = c.counts.iter().find(|(n, _)| n == WEAK).map_or(0, |x| x.1);
+    diag!("{WEAK}: {n} calls in {reads} reads of /proc/self/maps");
+    check!(n > 0, "no {WEAK} call counted during {reads} reads");
     Ok(())
 }
 

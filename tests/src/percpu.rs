@@ -5,7 +5,7 @@
 //! A port of the upstream ksyms_btf checks (tools/testing/selftests/bpf/prog_tests/
 //! ksyms_btf.c) to the kfuncs, with the in-kernel helpers as the oracle in the same program.
 
-use std::{mem::MaybeUninit, os::fd::AsRawFd, time::Duration};
+use std::{mem::MaybeUninit, time::Duration};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{Link, ProgramInput, ProgramType};
@@ -19,7 +19,7 @@ use rkf::{
     cpus,
     kallsyms::Kallsyms,
     modules, percpu as cli,
-    perf::{open_cpu_clock, Sampling, Target},
+    perf::{self, open_cpu_clock, Sampling, Target},
     skeleton,
 };
 use rkf_core::abi::PERCPU_PROBE_MAGIC;
@@ -541,11 +541,8 @@ fn prog_types() -> Result<()> {
         check_eq!(got, *want, "program type of the {name} program");
     }
     let pfd = open_cpu_clock(Target::ThisThread, Sampling::Period(200_000), 0)?;
-    let perf: Link = skel
-        .progs
-        .perf_event_prog
-        .attach_perf_event(pfd.as_raw_fd())
-        .context("attaching perf_event")?;
+    let perf: Link =
+        perf::attach(&skel.progs.perf_event_prog, pfd).context("attaching perf_event")?;
     // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock samples).
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(1));
@@ -555,7 +552,6 @@ fn prog_types() -> Result<()> {
         }
     }
     drop(perf);
-    drop(pfd);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     for (i, (name, _)) in KINDS.iter().enumerate() {
         diag!("{name}: {} calls, {} wrong", bss.hits[i], bss.bad[i]);

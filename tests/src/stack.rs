@@ -25,7 +25,8 @@ use rkf::{
     kallsyms::KernelSymbolizer,
     modules,
     perf::{
-        open_cpu_clock, open_cpu_clock_precise, Exclude, Sampling, Target, PERF_SAMPLE_CALLCHAIN,
+        self, open_cpu_clock, open_cpu_clock_precise, Exclude, Sampling, Target,
+        PERF_SAMPLE_CALLCHAIN,
     },
     skeleton,
 };
@@ -710,10 +711,7 @@ fn perf_event_sample(
         s.h = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
         bss.armed[pe] = 1;
     }
-    let link = skel
-        .progs
-        .perf_event_prog
-        .attach_perf_event(fd.as_raw_fd())
+    let link = perf::attach(&skel.progs.perf_event_prog, fd)
         .context("attaching the perf_event program")?;
     until_sampled(|| Ok(skel.maps.bss_data.as_deref().context("no .bss")?.armed[pe] != 0))?;
     drop(link);
@@ -834,10 +832,7 @@ fn perf_event_precise() -> Result<()> {
             bss.pe_kfunc_done = 0;
             bss.pe_kfunc_armed = 1;
         }
-        let link = skel
-            .progs
-            .perf_event_kfunc_prog
-            .attach_perf_event(fd.as_raw_fd())
+        let link = perf::attach(&skel.progs.perf_event_kfunc_prog, fd)
             .with_context(|| format!("{what}: attaching the kfunc's program"))?;
         until_sampled(|| {
             Ok(skel

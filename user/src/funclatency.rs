@@ -178,7 +178,7 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     let link = Link::attach(&skel.progs.funclatency, &resolved.funcs, None)?;
     let attached_at = Instant::now();
     started();
-    wait(opts.duration);
+    crate::interrupt::wait(opts.duration);
     let missed = link
         .info()
         .context("reading the link back")?
@@ -232,20 +232,6 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     })
 }
 
-/// Waits for `d` on a futex (`thread::park_timeout()`), not in nanosleep(2) as
-/// `thread::sleep()` would: a recording of this very process (`-p` of itself, as the
-/// selftest records) would time the wait in do_nanosleep() too.
-fn wait(d: Duration) {
-    let end = Instant::now() + d;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::park_timeout(left);
-    }
-}
-
 /// Fails, naming it, on a pattern that matches no function in `ksyms`: such a pattern
 /// would attach nothing, since [`multi::resolve_wide()`] takes every function's address from
 /// /proc/kallsyms.  Needs neither BTF nor tracefs, nor any privilege: only the names.
@@ -257,7 +243,7 @@ pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {
             None => (None, *p),
         };
         let matches = ksyms.symbols().iter().any(|s| {
-            matches!(s.kind, 't' | 'T')
+            s.is_text()
                 && s.module.as_deref() == module
                 && glob_match(glob.as_bytes(), s.name.as_bytes())
         });

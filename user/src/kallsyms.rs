@@ -103,6 +103,16 @@ impl Kallsyms {
     pub fn function_at(&self, addr: u64) -> Option<&Symbol> {
         self.syms.iter().find(|s| s.addr == addr && s.is_text())
     }
+
+    /// [`Kallsyms::function_at()`] for every address at once: the first function
+    /// kallsyms names at each, for naming many addresses.
+    pub fn functions_by_addr(&self) -> std::collections::HashMap<u64, &Symbol> {
+        let mut by_addr = std::collections::HashMap::new();
+        for s in self.syms.iter().filter(|s| s.is_text()) {
+            by_addr.entry(s.addr).or_insert(s);
+        }
+        by_addr
+    }
 }
 
 /// Kernel addresses to functions, with blazesym's kallsyms symbolizer.

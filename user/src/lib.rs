@@ -5,6 +5,7 @@
 pub mod btf;
 pub mod cpus;
 pub mod funclatency;
+pub mod interrupt;
 pub mod kallsyms;
 pub mod limits;
 pub mod modules;

@@ -41,13 +41,27 @@ pub fn check_duration(d: Duration) -> Result<Duration, String> {
     }
 }
 
-/// Checks that a process to follow exists (`-p`); `None` follows every task.
+/// Checks that a process to follow exists (`-p`); `None` follows every task.  A thread's
+/// id is refused, naming its process: the programs follow a process by its tgid, and
+/// /proc/TID exists for any thread.
 pub fn check_pid(pid: Option<u32>) -> Result<(), String> {
-    match pid {
-        Some(p) if p == 0 || !std::path::Path::new("/proc").join(p.to_string()).exists() => {
-            Err(format!("no process {p}"))
-        }
-        _ => Ok(()),
+    let Some(p) = pid else {
+        return Ok(());
+    };
+    let status = match std::fs::read_to_string(format!("/proc/{p}/status")) {
+        Ok(s) if p != 0 => s,
+        _ => return Err(format!("no process {p}")),
+    };
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    match tgid {
+        Some(t) if t == p => Ok(()),
+        Some(t) => Err(format!(
+            "{p} is a thread of process {t}: give the process id"
+        )),
+        None => Err(format!("no process {p} (no Tgid in /proc/{p}/status)")),
     }
 }
 
@@ -77,6 +91,24 @@ mod tests {
             check_pid(Some(4_000_000_000)),
             Err("no process 4000000000".to_string())
         );
+        // A thread of this process, running while it is checked.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid() has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap() as u32;
+        assert_eq!(
+            check_pid(Some(tid)),
+            Err(format!(
+                "{tid} is a thread of process {}: give the process id",
+                std::process::id()
+            ))
+        );
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
     }
 
     #[test]

@@ -194,6 +194,10 @@ fn split_pattern(p: &str) -> (Option<&str>, &str) {
 /// `MODULE:NAME` or `MODULE:GLOB` (for example `rkf_testmod:rkf_testmod_multi_*`) for a
 /// loaded module's functions.
 ///
+/// Patterns may overlap: a function several match is taken once, and counts as named
+/// exactly if one of them names it.  Addresses come from /proc/kallsyms, weak functions'
+/// (`W`) too.
+///
 /// A function named exactly must be attachable: otherwise this fails, saying why (one
 /// that another direct trampoline holds is left for the kernel to refuse, `EBUSY`, and
 /// the error names the holder).  A glob leaves out what cannot be attached, functions
@@ -250,20 +254,26 @@ fn resolve_up_to(patterns: &[&str], max_args: u32) -> Result<Resolved> {
         };
         let mut addrs: HashMap<&str, (u64, u32)> = HashMap::new();
         for s in ksyms.symbols() {
-            if s.module.as_deref() == object && matches!(s.kind, 't' | 'T') {
+            if s.module.as_deref() == object && s.is_text() {
                 let e = addrs.entry(s.name.as_str()).or_insert((s.addr, 0));
                 e.1 += 1;
             }
         }
         let mut seen = std::collections::HashSet::new();
         for f in btf.funcs()? {
-            let Some(&(pi, glob)) = mine
-                .iter()
-                .find(|(_, g)| rules::glob_match(g.as_bytes(), f.name.as_bytes()))
-            else {
+            // Every pattern that matches counts as matched; the function is named exactly
+            // if one of them is not a glob.
+            let (mut any, mut exact) = (false, false);
+            for &(pi, g) in &mine {
+                if rules::glob_match(g.as_bytes(), f.name.as_bytes()) {
+                    matched[pi] = true;
+                    any = true;
+                    exact |= !rules::is_glob(g.as_bytes());
+                }
+            }
+            if !any {
                 continue;
-            };
-            matched[pi] = true;
+            }
             // BTF may describe a function twice (once per compilation unit that declares it).
             if !seen.insert(f.name.clone()) {
                 continue;
@@ -279,14 +289,14 @@ fn resolve_up_to(patterns: &[&str], max_args: u32) -> Result<Resolved> {
                     (Some(&n), Some(&(_, c))) if n > 1 || c > 1 => Some(Skip::Ambiguous),
                     // Another direct trampoline's: a glob leaves it out; an exact name goes
                     // on to the kernel, whose EBUSY names the holder (AttachError).
-                    _ if rules::is_glob(glob.as_bytes()) && holders.contains_key(&ftrace_name) => {
+                    _ if !exact && holders.contains_key(&ftrace_name) => {
                         Some(Skip::Rule(Reason::Busy))
                     }
                     _ => None,
                 },
             };
             match skip {
-                Some(why) if !rules::is_glob(glob.as_bytes()) => {
+                Some(why) if exact => {
                     bail!("cannot attach to {ftrace_name}: {why}");
                 }
                 Some(why) => out.skipped.entry(why).or_default().push(ftrace_name),
@@ -530,10 +540,16 @@ impl Link {
 
 /// Reads link `id` (0: the file's own, N: the first with id N or more) and the next id.
 fn info_of(file: &File, id: u64) -> Result<(LinkInfo, u64)> {
-    let req = info_request(file, id, &mut []).context("RKF_MULTI_IOC_INFO")?;
-    let mut funcs = vec![FuncInfo::default(); req.cnt as usize];
-    // The link cannot change (a link's functions are fixed); read them all.
-    let req = info_request(file, req.id, &mut funcs).context("RKF_MULTI_IOC_INFO")?;
+    // A link's functions are fixed, but the link found first may be closed before its
+    // functions are read, and the second call then finds a later one: read again.
+    let (req, funcs) = loop {
+        let first = info_request(file, id, &mut []).context("RKF_MULTI_IOC_INFO")?;
+        let mut funcs = vec![FuncInfo::default(); first.cnt as usize];
+        let req = info_request(file, first.id, &mut funcs).context("RKF_MULTI_IOC_INFO")?;
+        if req.id == first.id && req.cnt == first.cnt {
+            break (req, funcs);
+        }
+    };
     Ok((
         LinkInfo {
             id: req.id,
@@ -579,6 +595,9 @@ pub struct FuncCount {
     pub skipped: BTreeMap<Skip, Vec<String>>,
     /// How long the attach took (the ioctl).
     pub attach_time: std::time::Duration,
+    /// How long it counted: from the attach to the detach's start, or less if
+    /// interrupted ([`crate::interrupt`]).
+    pub duration: std::time::Duration,
     /// (function, calls), most called first; functions not called are left out.
     pub counts: Vec<(String, u64)>,
 }
@@ -611,8 +630,10 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
         "rkf_multi attached {attached} of the {} functions asked for",
         resolved.funcs.len()
     );
-    std::thread::sleep(duration);
+    let counting = std::time::Instant::now();
+    crate::interrupt::wait(duration);
     drop(link);
+    let duration = counting.elapsed();
     let mut counts = Vec::new();
     for f in &resolved.funcs {
         let v = skel
@@ -630,6 +651,7 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
         attached,
         skipped: resolved.skipped,
         attach_time,
+        duration,
         counts,
     })
 }

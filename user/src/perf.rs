@@ -6,9 +6,10 @@
 //! (bindings generated from include/uapi/linux/perf_event.h); this module is the small
 //! safe interface that rkf needs on top.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 
 use anyhow::{bail, Result};
+use libbpf_rs::{Link, ProgramMut};
 use perf_event_open_sys::{bindings as sys, perf_event_open};
 
 /// `PERF_SAMPLE_CALLCHAIN`: the sample records perf's own callchain.
@@ -36,6 +37,16 @@ pub enum Target {
 /// `sample_type` (for example [`PERF_SAMPLE_CALLCHAIN`]).
 pub fn open_cpu_clock(target: Target, sampling: Sampling, sample_type: u64) -> Result<OwnedFd> {
     open(target, sampling, sample_type, |_| {})
+}
+
+/// Attaches `prog` to the perf event `fd`, which the link then owns: libbpf closes the
+/// event's fd when the link goes (`bpf_link_perf_detach()`), so the fd is handed over, not
+/// lent.  On failure it is closed here (libbpf keeps it only once attached).
+pub fn attach(prog: &ProgramMut<'_>, fd: OwnedFd) -> libbpf_rs::Result<Link> {
+    let link = prog.attach_perf_event(fd.as_raw_fd())?;
+    // The link closes it.
+    let _ = fd.into_raw_fd();
+    Ok(link)
 }
 
 /// What a precise event's sampled callchain leaves out.

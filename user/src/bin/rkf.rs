@@ -42,13 +42,13 @@ enum Cmd {
     /// Sample on-CPU stacks and write folded stacks and a flame graph (needs rkf_stack).
     ///
     /// A cpu-clock event on every online cpu runs a perf_event program that takes the
-    /// interrupted task's stacks with bpf_rkf_get_stack_pe(). Without --folded or --svg,
-    /// the folded stacks go to stdout.
+    /// interrupted task's stacks with bpf_rkf_get_stack_pe(). Without --folded, --svg or
+    /// --pprof, the folded stacks go to stdout.
     Profile {
         /// Samples per second on each cpu (1 to 10000).
         #[arg(short = 'F', long, default_value = "49", value_parser = limits::parse_frequency)]
         frequency: u64,
-        /// Seconds to sample (fractions allowed, at most a day).
+        /// Seconds to sample (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
         duration: Duration,
         /// Only this process (all its threads); the whole system otherwise.
@@ -72,7 +72,7 @@ enum Cmd {
     /// microseconds: kernel stacks at switch-in with bpf_rkf_get_task_stack(), user stacks
     /// at switch-out. Without --folded, --svg or --pprof, the folded stacks go to stdout.
     Offcputime {
-        /// Seconds to record (fractions allowed, at most a day).
+        /// Seconds to record (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
         duration: Duration,
         /// Only this process (all its threads); the whole system otherwise.
@@ -95,14 +95,14 @@ enum Cmd {
     },
     /// Count calls to kernel functions, like bcc's funccount (needs rkf_multi).
     ///
-    /// Every vmlinux function matching a GLOB (`vfs_*`, `tcp_v4_*`, or an exact name) is
-    /// attached through one rkf_multi link. Functions that cannot be traced honestly are
+    /// Every function matching a GLOB (`vfs_*`, `tcp_v4_*`, an exact name, or
+    /// `MODULE:GLOB` for a module's) is attached through one rkf_multi link. Functions that cannot be traced honestly are
     /// left out of a glob, and counted by reason.
     Funccount {
         /// Function names or globs.
         #[arg(required = true)]
         globs: Vec<String>,
-        /// Seconds to count (fractions allowed, at most a day).
+        /// Seconds to count (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
         duration: Duration,
         /// Print the N most called functions.
@@ -120,7 +120,7 @@ enum Cmd {
         /// Function names or globs.
         #[arg(required = true)]
         globs: Vec<String>,
-        /// Seconds to record (fractions allowed, at most a day).
+        /// Seconds to record (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
         duration: Duration,
         /// Only calls of this process (all its threads); the whole system's otherwise.
@@ -177,11 +177,12 @@ impl Outputs {
         if let Some(path) = &self.folded {
             write(path, "folded stacks", stacks.folded().as_bytes())?;
         }
-        if let Some(path) = &self.svg {
-            write(path, "flame graph", &stacks.flamegraph(title)?)?;
-        }
+        // pprof before the flame graph, which an empty recording has none of.
         if let Some(path) = &self.pprof {
             write(path, "pprof profile", &stacks.pprof()?)?;
+        }
+        if let Some(path) = &self.svg {
+            write(path, "flame graph", &stacks.flamegraph(title)?)?;
         }
         Ok(())
     }
@@ -192,7 +193,13 @@ fn main() -> Result<()> {
     // of a panic in println!().
     // SAFETY: restoring the default action of a signal, before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    match Cli::parse().cmd {
+    let cmd = Cli::parse().cmd;
+    // A timed command ends early on Ctrl-C (or SIGTERM) and prints what it has, as bcc's
+    // tools do; a second one ends it at once.
+    if !matches!(cmd, Cmd::Percpu { .. } | Cmd::Links { .. }) {
+        rkf::interrupt::on_signals()?;
+    }
+    match cmd {
         Cmd::Percpu { spec, addr, hex } => cmd_percpu(&spec, addr, hex),
         Cmd::Profile {
             frequency,
@@ -266,7 +273,7 @@ fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()>
         c.attached,
         c.attach_time.as_secs_f64() * 1e3,
         skipped,
-        duration.as_secs_f64()
+        c.duration.as_secs_f64()
     );
     for (why, names) in &c.skipped {
         println!("  left out {}: {why} (e.g. {})", names.len(), names[0]);
@@ -309,6 +316,10 @@ fn cmd_links(verbose: bool) -> Result<()> {
     let ksyms = verbose
         .then(rkf::kallsyms::Kallsyms::load)
         .and_then(Result::ok);
+    let by_addr = ksyms
+        .as_ref()
+        .map(rkf::kallsyms::Kallsyms::functions_by_addr)
+        .unwrap_or_default();
     let mut table = Columns::new(
         1,
         &[
@@ -343,13 +354,10 @@ fn cmd_links(verbose: bool) -> Result<()> {
             misses.to_string(),
         ]);
         for f in l.funcs.iter().filter(|_| verbose) {
-            let name = ksyms
-                .as_ref()
-                .and_then(|k| k.function_at(f.addr))
-                .map_or_else(
-                    || format!("{:#x}", f.addr),
-                    |s| rkf::multi::qualified_name(&s.name, s.module.as_deref()),
-                );
+            let name = by_addr.get(&f.addr).map_or_else(
+                || format!("{:#x}", f.addr),
+                |s| rkf::multi::qualified_name(&s.name, s.module.as_deref()),
+            );
             funcs.row([
                 l.id.to_string(),
                 name,

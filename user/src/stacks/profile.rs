@@ -8,7 +8,6 @@
 
 use std::{
     mem::MaybeUninit,
-    os::fd::{AsRawFd, OwnedFd},
     time::{Duration, Instant},
 };
 
@@ -22,7 +21,7 @@ use super::{
 };
 use crate::{
     cpus, limits, modules,
-    perf::{open_cpu_clock, Sampling, Target},
+    perf::{self, open_cpu_clock, Sampling, Target},
     skel::profile::ProfileSkelBuilder,
     skeleton,
 };
@@ -103,15 +102,13 @@ pub fn record(opts: &Options) -> Result<Profile> {
     // Names first: reading the kernel's symbols takes seconds under a slow kernel.
     let mut names = Names::new().context("reading the kernel's symbols")?;
     let cpus = cpus::online()?;
-    let mut events: Vec<(OwnedFd, Link)> = Vec::with_capacity(cpus.len());
+    // Each link owns its event's fd.
+    let mut events: Vec<Link> = Vec::with_capacity(cpus.len());
     for &cpu in &cpus {
         let fd = open_cpu_clock(Target::Cpu(cpu), Sampling::Frequency(opts.frequency), 0)?;
-        let link = skel
-            .progs
-            .profile
-            .attach_perf_event(fd.as_raw_fd())
+        let link = perf::attach(&skel.progs.profile, fd)
             .with_context(|| format!("attaching the profile program to cpu {cpu}"))?;
-        events.push((fd, link));
+        events.push(link);
     }
 
     let period_ns = 1_000_000_000 / opts.frequency;

@@ -33,7 +33,14 @@ pub(super) fn collect<S: plain::Plain + Default>(
     let drain = |take: &mut dyn FnMut(S)| raw.borrow_mut().drain(..).for_each(take);
     let end = Instant::now() + duration;
     while let Some(left) = end.checked_duration_since(Instant::now()) {
-        rb.poll(left.min(Duration::from_millis(100)))?;
+        if crate::interrupt::interrupted() {
+            break;
+        }
+        match rb.poll(left.min(Duration::from_millis(100))) {
+            // A signal: the loop reads the flag again.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+            r => r?,
+        }
         drain(&mut take);
     }
     stop();
