@@ -12,6 +12,7 @@
  */
 
 #include <linux/bpf.h>
+#include <linux/bpf_verifier.h>
 #include <linux/btf.h>
 #include <linux/btf_ids.h>
 #include <linux/irq_work.h>
@@ -169,7 +170,10 @@ static bool rkf_task_user_regs(struct task_struct *task)
 	if (!READ_ONCE(task->stack) ||
 	    copy_from_kernel_nofault(&regs, task_pt_regs(task), sizeof(regs)))
 		return false;
-	/* The copy before the refcount: a stack freed meanwhile reads 0 there. */
+	/*
+	 * The copy before the refcount: a stack freed meanwhile reads 0 there, as
+	 * put_task_stack() frees it only after refcount_dec_and_test() took it to 0.
+	 */
 	smp_rmb();
 	return refcount_read(&task->stack_refcount) && user_mode(&regs);
 }
@@ -375,7 +379,9 @@ static u32 rkf_stack_pe_id __ro_after_init;
  * it, renumbered against vmlinux's (kernel/bpf/btf_relocate.c: an out-of-tree module's
  * BTF is split against a distilled base), which a BTF_ID_LIST of the module, resolved
  * at build time, does not hold.  The loaded BTF is registered before the module's init
- * runs (btf_module_notify()), and the kfunc's name is the module's own.
+ * runs (btf_module_notify()).  bpf_find_btf_id() takes the first BTF with a function of
+ * that name, vmlinux's and then the modules' (a module's leaves with it); no other is
+ * meant to have one, and the kernel exports no way to ask which module a BTF is of.
  *
  * Return: 0, or -ENOENT if the module's BTF has no bpf_rkf_get_stack_pe().
  */
@@ -403,7 +409,7 @@ int rkf_stack_kfunc_filter_init(void)
  */
 static int rkf_stack_kfunc_filter(const struct bpf_prog *prog, u32 kfunc_id)
 {
-	if (kfunc_id == rkf_stack_pe_id && prog->type != BPF_PROG_TYPE_PERF_EVENT)
+	if (kfunc_id == rkf_stack_pe_id && resolve_prog_type(prog) != BPF_PROG_TYPE_PERF_EVENT)
 		return -EACCES;
 	return 0;
 }

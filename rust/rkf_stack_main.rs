@@ -58,7 +58,7 @@ impl kernel::Module for RkfStack {
         // Everything the kfuncs use is set up before they are registered.
         let mm_work = MmUnlockWork::new();
         let buffers = CallchainBuffers::get()?;
-        // SAFETY: this is the module's init.
+        // SAFETY: this is the module's init, and the tracing set is registered below.
         unsafe { stack::kfunc_filter_init()? };
         // The helper is there for syscall programs too (through the raw_tp proto).
         let tracing = KfuncRegistration::new(

@@ -35,9 +35,11 @@ pub(crate) static KPROBE_KFUNCS: KfuncSet =
 ///
 /// # Safety
 ///
-/// Called from the module's init only: the id it finds is `__ro_after_init`.
+/// Called from the module's init only (the id it finds is `__ro_after_init`), before the
+/// tracing set is registered (the filter reads the id without a lock).
 pub(crate) unsafe fn kfunc_filter_init() -> Result {
-    // SAFETY: the caller runs in the module's init, as the function's contract requires.
+    // SAFETY: the caller runs in the module's init, before the tracing set is registered,
+    // as the function's contract requires.
     kernel::error::to_result(unsafe { rkf_h::rkf_stack_kfunc_filter_init() }).inspect_err(|e| {
         pr_err!(
             "bpf_rkf_get_stack_pe() is not in rkf_stack's BTF: {:?}\n",

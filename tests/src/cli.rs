@@ -7,7 +7,7 @@
 
 use std::{
     path::PathBuf,
-    process::{Command, Output, Stdio},
+    process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -45,26 +45,45 @@ fn rkf() -> Result<PathBuf> {
     Ok(p)
 }
 
-/// Runs `rkf args`, runs `meanwhile()` once `recording()` says it records, then sends it
-/// SIGINT, and returns its output and how long it took to exit after the signal; fails
+/// A child that is killed and reaped if the test leaves it behind: a 600 s recording left
+/// running would hold its link or program into the next tests.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `rkf args`, runs `meanwhile()` once `recording(pid)` says it records, then sends
+/// it SIGINT, and returns its output and how long it took to exit after the signal; fails
 /// unless it exits 0 within 60 s of the signal.
 fn interrupted(
     args: &[&str],
-    recording: impl Fn() -> Result<bool>,
+    recording: impl Fn(u32) -> Result<bool>,
     meanwhile: impl FnOnce() -> Result<()>,
 ) -> Result<(Output, Duration)> {
-    let mut child = Command::new(rkf()?)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running rkf {args:?}"))?;
+    let mut child = Running(Some(
+        Command::new(rkf()?)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running rkf {args:?}"))?,
+    ));
+    let c = child.0.as_mut().expect("just spawned");
+    let id = c.id();
     let start = Instant::now();
     let waited = loop {
-        if recording()? {
-            break Ok(());
+        match recording(id) {
+            Ok(true) => break Ok(()),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
-        if let Some(s) = child.try_wait()? {
+        if let Some(s) = c.try_wait()? {
             break Err(anyhow::anyhow!(
                 "rkf {args:?} ended before it recorded: {s}"
             ));
@@ -75,22 +94,21 @@ fn interrupted(
         std::thread::sleep(Duration::from_millis(20));
     };
     if let Err(e) = waited.and_then(|()| meanwhile()) {
-        let _ = child.kill();
-        let out = child.wait_with_output()?;
+        let _ = c.kill();
+        let out = child.0.take().expect("running").wait_with_output()?;
         bail!("{e}; stderr: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let pid = Pid::from_raw(i32::try_from(child.id())?);
-    kill(pid, Signal::SIGINT).context("kill(SIGINT)")?;
+    kill(Pid::from_raw(i32::try_from(id)?), Signal::SIGINT).context("kill(SIGINT)")?;
     let sent = Instant::now();
-    while child.try_wait()?.is_none() {
-        if sent.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            bail!("rkf {args:?} still running 60 s after SIGINT");
-        }
+    while c.try_wait()?.is_none() {
+        check!(
+            sent.elapsed() < Duration::from_secs(60),
+            "rkf {args:?} still running 60 s after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let took = sent.elapsed();
-    let out = child.wait_with_output()?;
+    let out = child.0.take().expect("running").wait_with_output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     check!(
         out.status.success(),
@@ -113,7 +131,7 @@ fn funccount_interrupted() -> Result<()> {
     let secs = ASKED.as_secs().to_string();
     let (out, _) = interrupted(
         &["funccount", "-d", &secs, "vfs_read"],
-        || Ok(!multi::links()?.is_empty()),
+        |_| Ok(!multi::links()?.is_empty()),
         || {
             for _ in 0..100 {
                 std::fs::read("/proc/self/stat")?;
@@ -142,8 +160,10 @@ fn funccount_interrupted() -> Result<()> {
     Ok(())
 }
 
-/// `rkf profile -d 600` interrupted once its program is loaded: it writes the folded
-/// stacks it took and unloads its program.
+/// `rkf profile -d 600` interrupted once it samples (it holds its cpu-clock events, and
+/// this process then ran for a second, while it waited in its ring buffer poll): it writes
+/// the folded stacks it took, this process's among them, says it sampled for less than
+/// asked, and unloads its program.
 fn profile_interrupted() -> Result<()> {
     modules::require("rkf_stack")?;
     let profile_loaded = || {
@@ -153,6 +173,16 @@ fn profile_interrupted() -> Result<()> {
         !profile_loaded(),
         "a program named profile is there before the test"
     );
+    // Its perf events: one per online cpu, each held by its link.
+    let cpus = rkf::cpus::online()?.len();
+    let sampling = |pid: u32| -> Result<bool> {
+        let mut events = 0;
+        for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+            let target = std::fs::read_link(e?.path()).unwrap_or_default();
+            events += usize::from(target.as_os_str() == "anon_inode:[perf_event]");
+        }
+        Ok(events >= cpus)
+    };
     let dir = std::env::temp_dir().join(format!("rkf-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let folded = dir.join("profile.folded");
@@ -162,15 +192,35 @@ fn profile_interrupted() -> Result<()> {
     let secs = ASKED.as_secs().to_string();
     let r = interrupted(
         &["profile", "-d", &secs, "--folded", path],
-        || Ok(profile_loaded()),
-        || Ok(()),
+        sampling,
+        || {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(1) {
+                std::hint::spin_loop();
+            }
+            Ok(())
+        },
     );
-    let written = std::fs::metadata(&folded).map(|m| m.len());
+    let written = std::fs::read_to_string(&folded);
     let _ = std::fs::remove_dir_all(&dir);
-    r?;
+    let (out, _) = r?;
+    let written = written.context("no folded stacks written after SIGINT")?;
+    // The thread that spun: its name is what the folded stacks start with.
+    let comm = std::fs::read_to_string("/proc/thread-self/comm")?;
+    let comm = comm.trim_end();
     check!(
-        written.is_ok(),
-        "no folded stacks written after SIGINT: {written:?}"
+        written.lines().any(|l| l.starts_with(comm)),
+        "no stack of this process ({comm}) among the folded stacks: {written}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let sampled: f64 = stderr
+        .split_once(" Hz for ")
+        .and_then(|(_, r)| r.split_once(" s"))
+        .and_then(|(n, _)| n.parse().ok())
+        .with_context(|| format!("no \"Hz for N s\" in its summary: {stderr}"))?;
+    check!(
+        sampled.total_cmp(&ASKED.as_secs_f64()).is_lt(),
+        "it says it sampled for {sampled} s of the {secs} asked after SIGINT"
     );
     check!(
         !profile_loaded(),

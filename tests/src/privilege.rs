@@ -120,12 +120,17 @@ pub(crate) fn ret0() -> [sys::bpf_insn; 2] {
     [insn(0xb7, 0, 0, 0, 0), insn(0x95, 0, 0, 0, 0)]
 }
 
+/// Zeroes the `words` u64 of the stack below r10: `*(u64 *)(r10 - 8 * words + 8i) = 0`.
+pub(crate) fn zero_stack(words: i16) -> Vec<sys::bpf_insn> {
+    (0..words)
+        .map(|i| insn(0x7a, 10, 0, -8 * words + 8 * i, 0))
+        .collect()
+}
+
 /// `bpf_rkf_get_stack(buf, 64, 0)` on a zeroed stack buffer: the kfunc of module BTF
 /// `fd_array[1]` with BTF id `id`.
 fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
-    let mut p: Vec<_> = (0..8)
-        .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
-        .collect();
+    let mut p = zero_stack(8);
     p.extend([
         insn(0xbf, 1, 10, 0, 0),  // r1 = r10
         insn(0x07, 1, 0, 0, -64), // r1 += -64
@@ -163,9 +168,7 @@ fn this_cpu_ptr_prog(id: u32) -> Vec<sys::bpf_insn> {
 /// `from_pid` and `release`), into a zeroed stack buffer: `id` is the kfunc of module BTF
 /// `fd_array[1]`.
 fn get_task_stack_prog(id: u32, from_pid: u32, release: u32) -> Vec<sys::bpf_insn> {
-    let mut p: Vec<_> = (0..8)
-        .map(|i| insn(0x7a, 10, 0, -64 + 8 * i, 0)) // *(u64 *)(r10 - 64 + 8i) = 0
-        .collect();
+    let mut p = zero_stack(8);
     p.extend([
         insn(0xb7, 1, 0, 0, 1), // r1 = 1
         insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 0, from_pid as i32),

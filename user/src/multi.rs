@@ -632,8 +632,8 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     );
     let counting = std::time::Instant::now();
     crate::interrupt::wait(duration);
-    drop(link);
     let duration = counting.elapsed();
+    drop(link);
     let mut counts = Vec::new();
     for f in &resolved.funcs {
         let v = skel

@@ -177,12 +177,20 @@ impl Outputs {
         if let Some(path) = &self.folded {
             write(path, "folded stacks", stacks.folded().as_bytes())?;
         }
-        // pprof before the flame graph, which an empty recording has none of.
         if let Some(path) = &self.pprof {
             write(path, "pprof profile", &stacks.pprof()?)?;
         }
-        if let Some(path) = &self.svg {
-            write(path, "flame graph", &stacks.flamegraph(title)?)?;
+        match &self.svg {
+            // A recording that took no stack (one ended at once by Ctrl-C, an idle -p)
+            // has nothing to draw: said, not an error, as the other outputs hold it.
+            Some(path) if stacks.is_empty() => {
+                eprintln!(
+                    "rkf {tool}: no stacks recorded: no flame graph written to {}",
+                    path.display()
+                );
+            }
+            Some(path) => write(path, "flame graph", &stacks.flamegraph(title)?)?,
+            None => {}
         }
         Ok(())
     }
@@ -384,21 +392,19 @@ fn cmd_profile(opts: &profile::Options, out: &Outputs) -> Result<()> {
     opts.validate()?;
     let p = profile::record(opts)?;
     let who = who(opts.pid);
+    // What it recorded for: less than asked if Ctrl-C ended it.
+    let secs = p.stacks.duration_ns as f64 / 1e9;
     eprintln!(
         "rkf profile: {} samples of {who} on {} cpus at {} Hz for {:.1} s, {} distinct stacks, {} dropped, {} stacks not taken",
         p.samples,
         p.cpus,
         opts.frequency,
-        opts.duration.as_secs_f64(),
+        secs,
         p.stacks.len(),
         p.dropped,
         p.stack_errors
     );
-    let title = format!(
-        "rkf profile: {who}, {} Hz, {:.1} s",
-        opts.frequency,
-        opts.duration.as_secs_f64()
-    );
+    let title = format!("rkf profile: {who}, {} Hz, {secs:.1} s", opts.frequency);
     out.write(&p.stacks, "profile", &title)
 }
 
@@ -406,11 +412,13 @@ fn cmd_offcputime(opts: &offcpu::Options, out: &Outputs) -> Result<()> {
     opts.validate()?;
     let o = offcpu::record(opts)?;
     let who = who(opts.pid);
+    // What it recorded for: less than asked if Ctrl-C ended it.
+    let secs = o.stacks.duration_ns as f64 / 1e9;
     let total_us: u64 = o.stacks.stacks.values().map(|c| c.value).sum();
     eprintln!(
         "rkf offcputime: {} intervals of {who} in {:.1} s, {:.3} s off-CPU in all, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken",
         o.intervals,
-        opts.duration.as_secs_f64(),
+        secs,
         total_us as f64 / 1e6,
         o.stacks.len(),
         o.dropped,
@@ -418,8 +426,7 @@ fn cmd_offcputime(opts: &offcpu::Options, out: &Outputs) -> Result<()> {
         o.stack_errors
     );
     let title = format!(
-        "rkf offcputime: {who}, {:.1} s, intervals of {} us or more",
-        opts.duration.as_secs_f64(),
+        "rkf offcputime: {who}, {secs:.1} s, intervals of {} us or more",
         opts.min_us
     );
     out.write(&o.stacks, "offcputime", &title)
