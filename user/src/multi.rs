@@ -67,8 +67,8 @@ impl Func {
 pub enum Skip {
     /// What rkf_multi would refuse.
     Rule(Reason),
-    /// Two kernel functions have the name (static functions of different files): the
-    /// address is ambiguous.
+    /// Two kernel functions have the name (static functions of different files), in
+    /// /proc/kallsyms or in available_filter_functions: the address is ambiguous.
     Ambiguous,
     /// In BTF but not in /proc/kallsyms.
     NoSymbol,
@@ -78,7 +78,9 @@ impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Rule(r) => f.write_str(r.describe()),
-            Self::Ambiguous => f.write_str("the name is not unique in /proc/kallsyms"),
+            Self::Ambiguous => f.write_str(
+                "the name is not unique (in /proc/kallsyms or available_filter_functions)",
+            ),
             Self::NoSymbol => f.write_str("not in /proc/kallsyms"),
         }
     }
