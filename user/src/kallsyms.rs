@@ -253,6 +253,17 @@ ffffffffc0004000 d rkf_percpu_probe\t[rkf_percpu]
         );
         assert_eq!(k.function_at(0xffffffffc0002001), None);
         assert_eq!(k.function_at(0x32a40), None);
+        // functions_by_addr() names every address as function_at() does.
+        let by_addr = k.functions_by_addr();
+        for s in k.symbols() {
+            assert_eq!(
+                by_addr.get(&s.addr).copied(),
+                k.function_at(s.addr),
+                "{:#x}",
+                s.addr
+            );
+        }
+        assert_eq!(by_addr.get(&0xffffffffc0002001), None);
     }
 
     #[test]
