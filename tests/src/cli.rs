@@ -119,6 +119,22 @@ fn interrupted(
     Ok((out, took))
 }
 
+/// Checks that `text` (a command's output after SIGINT) says, as "`label`N s", that it
+/// recorded for less than the [`ASKED`] time.
+fn less_than_asked(text: &str, label: &str) -> Result<()> {
+    let secs: f64 = text
+        .split_once(label)
+        .and_then(|(_, r)| r.split_once(" s"))
+        .and_then(|(n, _)| n.parse().ok())
+        .with_context(|| format!("no \"{label}N s\" in its output: {text}"))?;
+    check!(
+        secs.total_cmp(&ASKED.as_secs_f64()).is_lt(),
+        "it says \"{label}{secs} s\" of the {} s asked, after SIGINT",
+        ASKED.as_secs()
+    );
+    Ok(())
+}
+
 /// `rkf funccount -d 600` interrupted once its link is attached and this process read a
 /// file 100 times: it prints its counts (vfs_read among them) and the time it really
 /// counted, and detaches.
@@ -140,15 +156,7 @@ fn funccount_interrupted() -> Result<()> {
         },
     )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let counted: f64 = stdout
-        .split_once("counted for ")
-        .and_then(|(_, r)| r.split_once(" s"))
-        .and_then(|(n, _)| n.parse().ok())
-        .with_context(|| format!("no \"counted for N s\" in its output: {stdout}"))?;
-    check!(
-        counted.total_cmp(&ASKED.as_secs_f64()).is_lt(),
-        "it says it counted for {counted} s of the {secs} asked after SIGINT"
-    );
+    less_than_asked(&stdout, "counted for ")?;
     check!(
         stdout.contains("vfs_read"),
         "no vfs_read row in its output: {stdout}"
@@ -212,16 +220,7 @@ fn profile_interrupted() -> Result<()> {
         written.lines().any(|l| l.starts_with(comm)),
         "no stack of this process ({comm}) among the folded stacks: {written}"
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let sampled: f64 = stderr
-        .split_once(" Hz for ")
-        .and_then(|(_, r)| r.split_once(" s"))
-        .and_then(|(n, _)| n.parse().ok())
-        .with_context(|| format!("no \"Hz for N s\" in its summary: {stderr}"))?;
-    check!(
-        sampled.total_cmp(&ASKED.as_secs_f64()).is_lt(),
-        "it says it sampled for {sampled} s of the {secs} asked after SIGINT"
-    );
+    less_than_asked(&String::from_utf8_lossy(&out.stderr), " Hz for ")?;
     check!(
         !profile_loaded(),
         "the profile program is left after the interrupted profile"

@@ -127,17 +127,31 @@ pub(crate) fn zero_stack(words: i16) -> Vec<sys::bpf_insn> {
         .collect()
 }
 
+/// A call of the stack kfunc with BTF id `id` of module BTF `fd_array[1]`, whose
+/// arguments end with `(buf, size, flags)`: register `buf` (1 to 3) points to the 64 bytes
+/// below r10 (the program zeroes them first, [`zero_stack`]), the next one is 64, the one
+/// after it 0; the registers before `buf` are set by the caller.
+pub(crate) fn stack_kfunc_call(buf: u8, id: u32) -> [sys::bpf_insn; 5] {
+    [
+        insn(0xbf, buf, 10, 0, 0),     // r<buf> = r10
+        insn(0x07, buf, 0, 0, -64),    // r<buf> += -64
+        insn(0xb7, buf + 1, 0, 0, 64), // r<buf + 1> = 64
+        insn(0xb7, buf + 2, 0, 0, 0),  // r<buf + 2> = 0
+        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+    ]
+}
+
+/// The BTF id of function `name` in `btf`.
+pub(crate) fn find_func(btf: &KernelBtf, name: &str) -> Result<u32> {
+    btf.find_func(name)?
+        .with_context(|| format!("no BTF function {name} in {}", btf.object()))
+}
+
 /// `bpf_rkf_get_stack(buf, 64, 0)` on a zeroed stack buffer: the kfunc of module BTF
 /// `fd_array[1]` with BTF id `id`.
 fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
     let mut p = zero_stack(8);
-    p.extend([
-        insn(0xbf, 1, 10, 0, 0),  // r1 = r10
-        insn(0x07, 1, 0, 0, -64), // r1 += -64
-        insn(0xb7, 2, 0, 0, 64),  // r2 = 64
-        insn(0xb7, 3, 0, 0, 0),   // r3 = 0
-        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
-    ]);
+    p.extend(stack_kfunc_call(1, id));
     p.extend(ret0());
     p
 }
@@ -172,14 +186,12 @@ fn get_task_stack_prog(id: u32, from_pid: u32, release: u32) -> Vec<sys::bpf_ins
     p.extend([
         insn(0xb7, 1, 0, 0, 1), // r1 = 1
         insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 0, from_pid as i32),
-        insn(0x15, 0, 0, 9, 0),   // if r0 == 0 goto exit
-        insn(0xbf, 6, 0, 0, 0),   // r6 = r0
-        insn(0xbf, 1, 6, 0, 0),   // r1 = r6
-        insn(0xbf, 2, 10, 0, 0),  // r2 = r10
-        insn(0x07, 2, 0, 0, -64), // r2 += -64
-        insn(0xb7, 3, 0, 0, 64),  // r3 = 64
-        insn(0xb7, 4, 0, 0, 0),   // r4 = 0
-        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, id as i32),
+        insn(0x15, 0, 0, 9, 0), // if r0 == 0 goto exit
+        insn(0xbf, 6, 0, 0, 0), // r6 = r0
+        insn(0xbf, 1, 6, 0, 0), // r1 = r6
+    ]);
+    p.extend(stack_kfunc_call(2, id));
+    p.extend([
         insn(0xbf, 1, 6, 0, 0), // r1 = r6
         insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 0, release as i32),
     ]);
@@ -262,24 +274,20 @@ fn kfunc_programs() -> Result<()> {
         modules::require(m)?;
     }
     let vmlinux = KernelBtf::vmlinux()?;
-    let find = |btf: &KernelBtf, name: &str| {
-        btf.find_func(name)?
-            .with_context(|| format!("no BTF function {name} in {}", btf.object()))
-    };
     let stack_btf = KernelBtf::module(&vmlinux, "rkf_stack")?;
     let percpu_btf = KernelBtf::module(&vmlinux, "rkf_percpu")?;
     let multi_btf = KernelBtf::module(&vmlinux, "rkf_multi")?;
     let stack_fd = btf::object_fd("rkf_stack")?;
     let percpu_fd = btf::object_fd("rkf_percpu")?;
     let multi_fd = btf::object_fd("rkf_multi")?;
-    let get_stack = find(&stack_btf, "bpf_rkf_get_stack")?;
-    let get_task_stack = find(&stack_btf, "bpf_rkf_get_task_stack")?;
-    let per_cpu_ptr = find(&percpu_btf, "bpf_rkf_per_cpu_ptr")?;
-    let this_cpu_ptr = find(&percpu_btf, "bpf_rkf_this_cpu_ptr")?;
-    let task_from_pid = find(&vmlinux, "bpf_task_from_pid")?;
-    let task_release = find(&vmlinux, "bpf_task_release")?;
-    let fentry_test1 = find(&vmlinux, "bpf_fentry_test1")?;
-    let tmpl6 = find(&multi_btf, "rkf_multi_tmpl6")?;
+    let get_stack = find_func(&stack_btf, "bpf_rkf_get_stack")?;
+    let get_task_stack = find_func(&stack_btf, "bpf_rkf_get_task_stack")?;
+    let per_cpu_ptr = find_func(&percpu_btf, "bpf_rkf_per_cpu_ptr")?;
+    let this_cpu_ptr = find_func(&percpu_btf, "bpf_rkf_this_cpu_ptr")?;
+    let task_from_pid = find_func(&vmlinux, "bpf_task_from_pid")?;
+    let task_release = find_func(&vmlinux, "bpf_task_release")?;
+    let fentry_test1 = find_func(&vmlinux, "bpf_fentry_test1")?;
+    let tmpl6 = find_func(&multi_btf, "rkf_multi_tmpl6")?;
 
     let progs = [
         Prog {

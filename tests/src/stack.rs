@@ -884,7 +884,7 @@ fn perf_event_precise() -> Result<()> {
 /// takes as plain memory (a struct of scalars) and the kfunc would read a `struct
 /// perf_event` pointer from.
 fn pe_only_in_perf_event_programs() -> Result<()> {
-    use crate::privilege::{insn, ret0, zero_stack, Prog, BPF_PSEUDO_KFUNC_CALL};
+    use crate::privilege::{find_func, insn, ret0, stack_kfunc_call, zero_stack, Prog};
     use libbpf_rs::libbpf_sys as sys;
     use rkf::{btf, btf::KernelBtf};
 
@@ -892,21 +892,11 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
     let vmlinux = KernelBtf::vmlinux()?;
     let stack_btf = KernelBtf::module(&vmlinux, "rkf_stack")?;
     let stack_fd = btf::object_fd("rkf_stack")?;
-    let pe = stack_btf
-        .find_func("bpf_rkf_get_stack_pe")?
-        .context("no BTF function bpf_rkf_get_stack_pe in rkf_stack")?;
-    let fentry_test1 = vmlinux
-        .find_func("bpf_fentry_test1")?
-        .context("no BTF function bpf_fentry_test1 in vmlinux")?;
+    let pe = find_func(&stack_btf, "bpf_rkf_get_stack_pe")?;
+    let fentry_test1 = find_func(&vmlinux, "bpf_fentry_test1")?;
     // bpf_rkf_get_stack_pe(ctx, buf, 64, 0) on a zeroed stack buffer.
     let mut insns = zero_stack(8);
-    insns.extend([
-        insn(0xbf, 2, 10, 0, 0),  // r2 = r10
-        insn(0x07, 2, 0, 0, -64), // r2 += -64
-        insn(0xb7, 3, 0, 0, 64),  // r3 = 64
-        insn(0xb7, 4, 0, 0, 0),   // r4 = 0
-        insn(0x85, 0, BPF_PSEUDO_KFUNC_CALL, 1, pe as i32),
-    ]);
+    insns.extend(stack_kfunc_call(2, pe));
     insns.extend(ret0());
     // The same with r1 a zeroed struct bpf_perf_event_data (23 words) on the stack.
     let mut fake = zero_stack(8 + 23);
