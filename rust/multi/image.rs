@@ -54,9 +54,12 @@ struct ImageData {
     /// them (a call of a function moving between trampolines) under RCU, or RCU tasks
     /// trace, from a table that holds the image.
     slots: AreaVec<rkf_h::rkf_multi_prog>,
-    /// The detached flags of the links at the time, which the slots name, kept where the
-    /// image counts its calls in flight: such a call reads its slot's on the way out (and,
-    /// past a sleepable program, on the way in), however long after the link went.
+    /// The detached flags of the links at the time, which the slots name, kept as long
+    /// as the image: a run reads its slot's first, however long after the link went: on
+    /// the way out of a call in flight, past a sleepable program, or on the way in by a
+    /// task that was preempted in the image's code while its function moved to the
+    /// shared trampoline (a generation that failed), whose link may then be freed after
+    /// an RCU grace period only (no trampoline of its retired).
     _detached: AreaVec<Arc<Atomic<bool>>>,
 }
 
@@ -65,9 +68,8 @@ struct ImageData {
 // runs of them: every run only while its link's flag, read under RCU (or RCU tasks
 // trace), says attached (a link is freed an RCU grace period after it was marked, and an
 // RCU tasks trace one if it or a program beside it is sleepable); entry runs only while
-// a table holds the image or a task is still in its code (the links of a retired image
-// are freed after an RCU tasks grace period too, and their flags with them); exit runs
-// only while the image keeps the flag; the shared trampoline's runs of them through a
+// a table holds the image or a task is still in its code, and every run only once it
+// read its link's flag, which the image keeps; the shared trampoline's runs of them through a
 // table, only under RCU (or RCU tasks trace) from a table that holds the image, which
 // frees its links after those grace periods.
 unsafe impl Send for Image {}
@@ -281,7 +283,7 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// slots name, kept if the image counts calls in flight): returns the image and where it
+/// slots name, kept as long as the image): returns the image and where it
 /// put each function.  A function with an exit (fexit or session programs) gets code of its own;
 /// the others share code by shape, one copy per shape at the start of the image, and
 /// each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes a function
@@ -349,12 +351,9 @@ pub(crate) fn generate(
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
-    let mut flags =
-        AreaVec::with_capacity(if counts_calls { detached.len() } else { 0 }, GFP_KERNEL)?;
-    if counts_calls {
-        for &d in detached {
-            flags.push(d.clone(), GFP_KERNEL)?;
-        }
+    let mut flags = AreaVec::with_capacity(detached.len(), GFP_KERNEL)?;
+    for &d in detached {
+        flags.push(d.clone(), GFP_KERNEL)?;
     }
     let data = KBox::new(
         ImageData {
