@@ -23,10 +23,12 @@
  * the return address into this trampoline, and a push and ret there go to the function;
  * an indirect call would need an ENDBR in the function body, which it has not.  Where
  * call depth tracking is on, the trampoline accounts for the call that entered it, as
- * the JIT does; the call to rkf_multi_call_r11() is accounted by its call thunk, like
- * every direct call of a module, and the ret into the function is not a return from a
- * counted call, so it is a plain ret there, as return_to_handler's.  Every other return
- * goes through RET: the return thunk where the cpu wants one.
+ * the JIT does.  The call to rkf_multi_call_r11() is a direct call of a module function,
+ * which the kernel routes through its call thunk (callthunks_patch_module_calls()), so
+ * it is counted too, and the ret into the function through the return thunk uncounts it:
+ * the depth counter moves as the return stack does (return_to_handler's plain ret pairs
+ * with a call that is not counted, ANNOTATE_INTRA_FUNCTION_CALL).  Every return goes
+ * through RET: the return thunk where the cpu wants one.
  */
 
 #include <linux/linkage.h>
@@ -108,12 +110,11 @@ SYM_FUNC_END(rkf_multi_tramp)
 
 /*
  * Calls the code at r11, for a caller that cannot call it indirectly: [rsp] is the
- * return address into the caller, as if r11 had been called.
+ * return address into the caller, as if r11 had been called.  Its RET ends the counted
+ * call that entered it (call depth tracking), as any return thunk returns to [rsp].
  */
 SYM_FUNC_START_LOCAL(rkf_multi_call_r11)
 	pushq	%r11
 	UNWIND_HINT_FUNC
-	ALTERNATIVE __stringify(RET), \
-		    __stringify(ANNOTATE_UNRET_SAFE; ret; int3), \
-		    X86_FEATURE_CALL_DEPTH
+	RET
 SYM_FUNC_END(rkf_multi_call_r11)
