@@ -422,9 +422,14 @@ void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 /* The longest bpf_rkf_testmod_wait_step() sleeps, in seconds. */
 #define RKF_TESTMOD_WAIT_MAX 120
 
-/* For syscall programs; for tracing programs, sleepable ones. */
+/*
+ * For syscall programs; for tracing programs, bpf_rkf_testmod_recurse() (a program on
+ * rkf_testmod_recurse() that calls its own function again) and the sleepable
+ * bpf_rkf_testmod_wait_step().  One set per program type: the kernel takes one set of a
+ * module per hook.
+ */
 extern const struct btf_kfunc_id_set rkf_testmod_kfunc_set;
-extern const struct btf_kfunc_id_set rkf_testmod_sleep_kfunc_set;
+extern const struct btf_kfunc_id_set rkf_testmod_tracing_kfunc_set;
 
 u64 rkf_testmod_leaf(u64 depth);
 u64 rkf_testmod_recurse(u32 depth);

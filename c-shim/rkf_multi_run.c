@@ -222,8 +222,28 @@ static __always_inline void rkf_multi_prog_run(const struct bpf_prog *prog, u64 
 }
 
 /*
+ * bpf_prog_inc_misses_counter() of kernel/bpf/syscall.c (not exported): a run the
+ * recursion guard skipped, in the program's own statistics (bpf_prog_info's
+ * recursion_misses), as the kernel's trampolines count it.
+ */
+static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
+{
+	struct bpf_prog_stats *stats;
+	unsigned long flags;
+
+	if (unlikely(!prog->stats))
+		return;
+	stats = this_cpu_ptr(prog->stats);
+	flags = u64_stats_update_begin_irqsave(&stats->syncp);
+	u64_stats_inc(&stats->misses);
+	u64_stats_update_end_irqrestore(&stats->syncp, flags);
+}
+
+/*
  * __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c, or
  * their _sleepable_ forms: the caller holds rkf_multi_run_lock(), or RCU tasks trace.
+ * A run the recursion guard skips counts in the link's misses on the function and in the
+ * program's statistics.
  */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
 {
@@ -236,6 +256,7 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *c
 		atomic64_inc(&p->stats->hits);
 	} else {
 		atomic64_inc(&p->stats->misses);
+		rkf_multi_prog_missed(prog);
 	}
 	bpf_prog_put_recursion_context(prog);
 	bpf_reset_run_ctx(run_ctx.saved_run_ctx);
@@ -550,8 +571,9 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
  * The generated trampolines (rkf_core::tramp) call this once per program, as a BPF
  * trampoline calls __bpf_prog_enter_recur() and __bpf_prog_exit_recur().  A link
  * detached since the image was made runs no more.  On exit, the call may have slept
- * inside the traced function for any time: the link's program and counters may be gone,
- * its flag is not, as an image with exits keeps it.  On entry, the image may run on
+ * inside the traced function for any time, and on entry a task may have been preempted
+ * in the image's code while its function moved to another trampoline: the link's program
+ * and counters may be gone, its flag is not, as the image keeps it.  On entry, the image may run on
  * sites that an attach that failed could not unhook (rust/multi/registry.rs), with slots
  * of a link that is not attached (its program kept, leaked with the image).  The flag
  * is read under RCU: a link is marked detached before the table without it is

@@ -3,15 +3,17 @@
  * rkf_testmod: kernel code of a known shape for the rkf selftests and benchmarks, as
  * tools/testing/selftests/bpf/bpf_testmod does for upstream.  Not for production kernels.
  *
- * bpf_rkf_testmod_recurse(depth), a kfunc for syscall programs, recurses @depth frames
- * deep through rkf_testmod_recurse() and then calls rkf_testmod_leaf(), where fentry
- * programs take kernel stacks of a chosen depth.  bpf_rkf_testmod_multi_run() calls
- * rkf_multi's test targets in a module, rkf_testmod_multi_test*(), with known arguments
- * and checks what they return, as net/bpf/test_run.c does with bpf_fentry_test*() for
- * vmlinux.  bpf_rkf_testmod_wait_step(n), a sleepable kfunc for tracing programs, sleeps
- * until the module parameter "step" reaches @n: a sleepable program asleep for as long
- * as a test wants, or two programs of one call asleep one after the other, as the test
- * moves the parameter on.  These must be C: fentry and rkf_multi attach through the
+ * bpf_rkf_testmod_recurse(depth), a kfunc for syscall and tracing programs, recurses
+ * @depth frames deep through rkf_testmod_recurse() and then calls rkf_testmod_leaf(),
+ * where fentry programs take kernel stacks of a chosen depth; a tracing program on
+ * rkf_testmod_recurse() that calls it recurses into its own trampoline.
+ * bpf_rkf_testmod_multi_run() calls rkf_multi's test targets in a module,
+ * rkf_testmod_multi_test*(), with known arguments and checks what they return, as
+ * net/bpf/test_run.c does with bpf_fentry_test*() for vmlinux.
+ * bpf_rkf_testmod_wait_step(n), a sleepable kfunc for tracing programs, sleeps until the
+ * module parameter "step" reaches @n: a sleepable program asleep for as long as a test
+ * wants, or two programs of one call asleep one after the other, as the test moves the
+ * parameter on.  These must be C: fentry and rkf_multi attach through the
  * function's BTF, and Rust code has none; kfuncs are C entry points.
  */
 
@@ -134,7 +136,7 @@ MODULE_PARM_DESC(step, "Wakes the programs asleep in bpf_rkf_testmod_wait_step()
 __bpf_kfunc_start_defs();
 
 /**
- * bpf_rkf_testmod_recurse() - run rkf_testmod_recurse() from a syscall program
+ * bpf_rkf_testmod_recurse() - run rkf_testmod_recurse() from a syscall or tracing program
  * @depth: the number of rkf_testmod_recurse() frames, at most RKF_TESTMOD_MAX_DEPTH
  *
  * Return: @depth, or -E2BIG when @depth is above RKF_TESTMOD_MAX_DEPTH.
@@ -239,11 +241,12 @@ const struct btf_kfunc_id_set rkf_testmod_kfunc_set = {
 	.set = &rkf_testmod_kfunc_ids,
 };
 
-BTF_KFUNCS_START(rkf_testmod_sleep_kfunc_ids)
+BTF_KFUNCS_START(rkf_testmod_tracing_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_rkf_testmod_recurse)
 BTF_ID_FLAGS(func, bpf_rkf_testmod_wait_step, KF_SLEEPABLE)
-BTF_KFUNCS_END(rkf_testmod_sleep_kfunc_ids)
+BTF_KFUNCS_END(rkf_testmod_tracing_kfunc_ids)
 
-const struct btf_kfunc_id_set rkf_testmod_sleep_kfunc_set = {
+const struct btf_kfunc_id_set rkf_testmod_tracing_kfunc_set = {
 	.owner = THIS_MODULE,
-	.set = &rkf_testmod_sleep_kfunc_ids,
+	.set = &rkf_testmod_tracing_kfunc_ids,
 };

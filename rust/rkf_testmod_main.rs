@@ -35,11 +35,13 @@ static KFUNCS: KfuncSet =
     // SAFETY: the shim defines `rkf_testmod_kfunc_set` as a const object, never written.
     KfuncSet::new(unsafe { &rkf_h::rkf_testmod_kfunc_set });
 
-/// The kfunc set of rkf_testmod for tracing programs (`rkf_testmod_sleep_kfunc_set`).
-static SLEEP_KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_testmod_sleep_kfunc_set` as a const object, never
+/// The kfunc set of rkf_testmod for tracing programs (`rkf_testmod_tracing_kfunc_set`):
+/// `bpf_rkf_testmod_recurse()`, with which a program on `rkf_testmod_recurse()` calls its
+/// own function again, and the sleepable `bpf_rkf_testmod_wait_step()`.
+static TRACING_KFUNCS: KfuncSet =
+    // SAFETY: the shim defines `rkf_testmod_tracing_kfunc_set` as a const object, never
     // written.
-    KfuncSet::new(unsafe { &rkf_h::rkf_testmod_sleep_kfunc_set });
+    KfuncSet::new(unsafe { &rkf_h::rkf_testmod_tracing_kfunc_set });
 
 module! {
     type: RkfTestmod,
@@ -51,16 +53,16 @@ module! {
 
 struct RkfTestmod {
     _kfuncs: KfuncRegistration,
-    _sleep_kfuncs: KfuncRegistration,
+    _tracing_kfuncs: KfuncRegistration,
 }
 
 impl kernel::Module for RkfTestmod {
     fn init(module: &'static ThisModule) -> Result<Self> {
         let kfuncs = KfuncRegistration::new(module, &KFUNCS, &[ProgType::Syscall])?;
-        let sleep_kfuncs = KfuncRegistration::new(module, &SLEEP_KFUNCS, &[ProgType::Tracing])?;
+        let tracing_kfuncs = KfuncRegistration::new(module, &TRACING_KFUNCS, &[ProgType::Tracing])?;
         Ok(Self {
             _kfuncs: kfuncs,
-            _sleep_kfuncs: sleep_kfuncs,
+            _tracing_kfuncs: tracing_kfuncs,
         })
     }
 }

@@ -11,7 +11,7 @@ unsafe extern "C" {
     pub static rkf_testmod_kfunc_set: btf_kfunc_id_set;
 }
 unsafe extern "C" {
-    pub static rkf_testmod_sleep_kfunc_set: btf_kfunc_id_set;
+    pub static rkf_testmod_tracing_kfunc_set: btf_kfunc_id_set;
 }
 unsafe extern "C" {
     pub fn rkf_testmod_leaf(depth: u64_) -> u64_;

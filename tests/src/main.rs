@@ -36,6 +36,9 @@ mod skel {
     pub mod multi_sleepable {
         include!(concat!(env!("OUT_DIR"), "/multi_sleepable.skel.rs"));
     }
+    pub mod multi_recursion {
+        include!(concat!(env!("OUT_DIR"), "/multi_recursion.skel.rs"));
+    }
     pub mod multi_testmod {
         include!(concat!(env!("OUT_DIR"), "/multi_testmod.skel.rs"));
     }

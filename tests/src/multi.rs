@@ -14,6 +14,7 @@
 mod everything;
 mod faults;
 mod limits;
+mod recursion;
 mod run_path;
 mod session;
 mod sleepable;
@@ -119,6 +120,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_run_stats_kept",
         run: run_path::run_stats_kept,
+    },
+    Test {
+        name: "multi_recursion_misses_counted",
+        run: recursion::recursion_misses_counted,
     },
     Test {
         name: "multi_sleepable_fentry_fexit",
