@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# check-kdir.sh KDIR: fail, naming what is missing, unless KDIR is a built Linux 7.3 tree
-# that rkf modules can be built against with this host's toolchain: the kernel's compiler
+# check-kdir.sh KDIR: fail, naming what is missing, unless KDIR is a built Linux 7.3 tree,
+# or an installed headers package of one with what Rust modules need
+# (scripts/package/install-rust-extmod-build), that rkf modules can be built against with
+# this host's toolchain: the kernel's compiler
 # family (GCC, or clang for a CONFIG_CC_IS_CLANG tree) at its major version, and exactly
 # its rustc and bindgen (Rust crate metadata of another rustc is refused).  For a GCC tree
 # the compiler is $CC if set (make modules CC=gcc-14), else gcc.
@@ -75,7 +77,8 @@ fi
 need=(
 	"vmlinux|module BTF is generated against it; without it the kfuncs cannot register"
 	"Module.symvers|the kernel's modules were not built (make modules)"
-	"rust/kernel.o|Rust support was not built (CONFIG_RUST and 'make rustavailable')"
+	"rust/libkernel.rmeta|the kernel crate was not built (CONFIG_RUST and 'make rustavailable'), or its headers package lacks what Rust modules need (scripts/package/install-rust-extmod-build)"
+	"rust/libmacros.so|the kernel's proc macros were not built (CONFIG_RUST), or its headers package lacks what Rust modules need (scripts/package/install-rust-extmod-build)"
 	"tools/bpf/resolve_btfids/resolve_btfids|it patches the kfunc BTF ids into the module"
 )
 for item in "${need[@]}"; do

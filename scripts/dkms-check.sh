@@ -7,15 +7,18 @@
 #   2. build the kernel's headers package (scripts/headers-package.sh: the kernel's own
 #      install-extmod-build, plus what Rust modules need) and install it with dpkg, which
 #      makes /lib/modules/<release>/build;
-#   3. dkms add, build and install against that headers package alone (no --kernelsourcedir),
-#      signing with the kernel's own module key (the role a distribution's MOK plays), given
-#      to dkms through /etc/dkms/framework.conf.d;
-#   4. boot the distro kernel, load the modules dkms installed, check that the kernel
+#   3. make install against that installed headers package (KDIR=/lib/modules/<release>/build),
+#      as a user without dkms would;
+#   4. dkms add, build and install against that headers package alone (no --kernelsourcedir),
+#      with only the system's directories and rustc's on PATH, signing with the kernel's
+#      own module key (the role a distribution's MOK plays), given to dkms through
+#      /etc/dkms/framework.conf.d;
+#   5. boot the distro kernel, load the modules dkms installed, check that the kernel
 #      verified their signature (no E taint; an unsigned build of the same module gets E),
 #      and run a smoke subset of the kselftests against them;
-#   5. check that dkms refuses, with its "BUILD_EXCLUSIVE" exit (77), a kernel tree whose
+#   6. check that dkms refuses, with its "BUILD_EXCLUSIVE" exit (77), a kernel tree whose
 #      config lacks CONFIG_RUST;
-#   6. remove the headers package with dpkg.
+#   7. remove the headers package with dpkg.
 # Leaves nothing installed, pass or fail: the dkms package, the headers package and the
 # framework.conf.d file are removed, and /lib/modules/<release>/build is restored to exactly
 # what it was (a link to somewhere else, a directory, or nothing) on every way out.
@@ -132,6 +135,15 @@ dpkg -i "$deb" >/dev/null
 [[ $(readlink "$build_link") == "/usr/src/$headers" ]] ||
 	die "the headers package did not make $build_link a link to /usr/src/$headers"
 
+# Without dkms, as a user builds against an installed headers package: make install
+# with KDIR its build link.
+log "make install against the installed headers package (KDIR=$build_link)"
+make -s -C "$RKF_ROOT" install KDIR="$build_link" INSTALL_MOD_PATH="$tmp/root-headers" >/dev/null
+for m in rkf_percpu rkf_stack rkf_multi; do
+	[[ -f $tmp/root-headers/lib/modules/$release/updates/$m$ko ]] ||
+		die "make install against $build_link did not install $m$ko"
+done
+
 log "dkms: staging $name $version in $src"
 mkdir -p "$src"
 cp -a "$RKF_ROOT/dkms.conf" "$RKF_ROOT/Kbuild" "$RKF_ROOT/rust" "$RKF_ROOT/c-shim" "$src/"
@@ -147,10 +159,17 @@ if [[ ! -d $(dirname "$signing_conf") ]]; then
 fi
 printf 'mok_signing_key="%s"\nmok_certificate="%s"\n' "$key" "$cert" >"$signing_conf"
 
-dkms add "$name/$version"
-log "dkms: build and install for $release against /lib/modules/$release/build"
-dkms build "$name/$version" -k "$release"
-dkms install "$name/$version" -k "$release" --force
+# dkms as a distribution runs it (sudo's secure_path, or its autoinstall at a kernel
+# upgrade): with the system's directories on PATH and the kernel's rustc, which a
+# distribution's rustc package puts there; not with this checkout's PATH (lib.sh adds
+# LLVM's and virtme-ng's directories).  dkms hands its environment to make.
+rustc_dir=$(dirname "$(command -v rustc)")
+system_dkms() { env -i HOME="$HOME" PATH="$rustc_dir:/usr/sbin:/usr/bin:/sbin:/bin" dkms "$@"; }
+
+system_dkms add "$name/$version"
+log "dkms: build and install for $release against /lib/modules/$release/build (PATH: $rustc_dir and the system's)"
+system_dkms build "$name/$version" -k "$release"
+system_dkms install "$name/$version" -k "$release" --force
 installed=/lib/modules/$release/updates/dkms
 # The key a module is signed with, by its certificate's serial number (the subject of a
 # generated key is the same for every kernel build), as modinfo prints it: XX:XX:...
@@ -192,7 +211,7 @@ sed 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$kdir/.config" >"$norust/.conf
 cp "$kdir/Makefile" "$norust/"
 echo "${release%%-*}-rkf-norust" >"$norust/include/config/kernel.release"
 set +e
-out=$(dkms build "$name/$version" -k "${release%%-*}-rkf-norust" --kernelsourcedir "$norust" 2>&1)
+out=$(system_dkms build "$name/$version" -k "${release%%-*}-rkf-norust" --kernelsourcedir "$norust" 2>&1)
 rc=$?
 set -e
 echo "$out" | sed 's/^/  /'

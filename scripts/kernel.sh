@@ -472,6 +472,8 @@ cmd_build() {
 	# then rebuilds only what the changed inputs affect.
 	if [[ ! -d $out && -f $RKF_CACHE/$flavour/.rkf-built ]]; then
 		log "seeding $out from $(readlink -f "$RKF_CACHE/$flavour")"
+		# A copy that an earlier run left half done is made again, not copied into.
+		rm -rf "$out.seed"
 		cp -a "$(readlink -f "$RKF_CACHE/$flavour")" "$out.seed"
 		rm -f "$out.seed/.rkf-built"
 		mv "$out.seed" "$out"

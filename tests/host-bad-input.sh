@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=30
+planned=31
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
@@ -60,6 +60,12 @@ expect_fail kdir_other_rustc "KDIR was built with rustc 1\.85\.1 \(4eb161250 202
 other_toolchain 's/^CONFIG_BINDGEN_VERSION_TEXT=.*/CONFIG_BINDGEN_VERSION_TEXT="bindgen 0.71.1"/'
 expect_fail kdir_other_bindgen "KDIR was built with bindgen 0\.71\.1; this host has bindgen [0-9.]+: install that bindgen \(cargo install --locked bindgen-cli --version 0\.71\.1\)" \
 	make -s -C "$root" modules KDIR="$tmp/t"
+# A build that comes to Kbuild with another rustc (dkms runs the kernel's make directly).
+mkdir -p "$tmp/rustc-1.85" "$tmp/mo"
+printf '#!/bin/sh\necho "rustc 1.85.1 (4eb161250 2025-03-15)"\n' >"$tmp/rustc-1.85/rustc"
+chmod +x "$tmp/rustc-1.85/rustc"
+expect_fail kbuild_other_rustc "Kbuild:[0-9]+: \*\*\* the kernel was built with rustc [0-9.]+ .*; this build's rustc is rustc 1\.85\.1 \(4eb161250 2025-03-15\): put the kernel's rustc first on PATH" \
+	env PATH="$tmp/rustc-1.85:$PATH" make -s -C "$kdir" M="$root" MO="$tmp/mo" LLVM=1 RKF_TESTMOD=n modules
 # A GCC tree of a gcc major version two above this host's.
 gcc_major=$(gcc -dumpversion | cut -d. -f1)
 other_gcc=$((gcc_major + 2))
@@ -108,8 +114,8 @@ expect_fail funclatency_no_glob "required arguments were not provided" "$rkf" fu
 expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_function_\* \(in /proc/kallsyms\)" \
 	"$rkf" funclatency 'rkf_no_such_function_*' -d 1
 # A VM that cannot finish in time fails the run, with a message.
-expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test -- true
-expect_fail vm_bad_tcg_thread "RKF_TCG_THREAD is single or multi, not 'one'" env RKF_TCG_THREAD=one RKF_KVM=0 "$root/scripts/vm.sh" test -- true
+expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test --out "$root/build/vm/host-bad-input" -- true
+expect_fail vm_bad_tcg_thread "RKF_TCG_THREAD is single or multi, not 'one'" env RKF_TCG_THREAD=one RKF_KVM=0 "$root/scripts/vm.sh" test --out "$root/build/vm/host-bad-input" -- true
 
 ((n == planned)) || echo "# planned $planned tests, ran $n: update the plan"
 echo "# totals: pass:$((n - failed)) fail:$failed skip:0"
