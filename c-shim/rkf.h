@@ -371,7 +371,7 @@ void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip);
 void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx);
 void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx);
 const struct rkf_multi_table *rkf_multi_publish(const struct rkf_multi_table *table);
-__rkf_safe void rkf_multi_wait_frames(void);
+void rkf_multi_wait_frames(void);
 
 /* c-shim/rkf_multi_check.c: programs and functions, checked. */
 extern const struct btf_kfunc_id_set rkf_multi_fmodret_set;

@@ -19,6 +19,10 @@
 
 #include "rkf.h"
 
+/* Read by programs and tests at these offsets (rust/percpu.rs asserts rkf-core's copy). */
+static_assert(sizeof(struct rkf_percpu_probe) == 16);
+static_assert(offsetof(struct rkf_percpu_probe, self) == 8);
+
 DEFINE_PER_CPU(struct rkf_percpu_probe, rkf_percpu_probe);
 
 __bpf_kfunc_start_defs();

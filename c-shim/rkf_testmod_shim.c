@@ -66,6 +66,15 @@ noinline u64 rkf_testmod_recurse(u32 depth)
 /*
  * rkf_multi's test targets in a module.  Not static, so that the compiler can neither
  * fold a call nor assume what a call returns; barrier() keeps each a real function.
+ * Each returns the sum of its arguments, which bpf_rkf_testmod_multi_run() and
+ * bpf_rkf_testmod_multi_run_wide() check.
+ */
+
+/**
+ * rkf_testmod_multi_test1() - a target of one argument
+ * @a: an int
+ *
+ * Return: @a + 1.
  */
 noinline int rkf_testmod_multi_test1(int a)
 {
@@ -73,31 +82,84 @@ noinline int rkf_testmod_multi_test1(int a)
 	return a + 1;
 }
 
+/**
+ * rkf_testmod_multi_test2() - a target of two arguments of different widths
+ * @a: a signed byte
+ * @b: a u64
+ *
+ * Return: @a + @b.
+ */
 noinline u64 rkf_testmod_multi_test2(s8 a, u64 b)
 {
 	barrier();
 	return a + b;
 }
 
+/**
+ * rkf_testmod_multi_test3() - a target of three arguments of different widths
+ * @a: a u16
+ * @b: an s32
+ * @c: a u64
+ *
+ * Return: @a + @b + @c.
+ */
 noinline s64 rkf_testmod_multi_test3(u16 a, s32 b, u64 c)
 {
 	barrier();
 	return a + b + c;
 }
 
+/**
+ * rkf_testmod_multi_test6() - a target of six arguments, all in registers
+ * @a: the first
+ * @b: the second
+ * @c: the third
+ * @d: the fourth
+ * @e: the fifth
+ * @f: the sixth
+ *
+ * Return: their sum.
+ */
 noinline u64 rkf_testmod_multi_test6(u64 a, u64 b, u64 c, u64 d, u64 e, u64 f)
 {
 	barrier();
 	return a + b + c + d + e + f;
 }
 
-/* More than six arguments: the seventh and later ones on the caller's stack. */
+/**
+ * rkf_testmod_multi_test7() - a target of seven arguments, the seventh on the stack
+ * @a: a u64
+ * @b: an s8
+ * @c: a u16
+ * @d: an s32
+ * @e: a pointer
+ * @f: an s16
+ * @g: an s64, on the caller's stack
+ *
+ * Return: their sum.
+ */
 noinline s64 rkf_testmod_multi_test7(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g)
 {
 	barrier();
 	return a + b + c + d + (unsigned long)e + f + g;
 }
 
+/**
+ * rkf_testmod_multi_test11() - a target of eleven arguments, five on the stack
+ * @a: a u64
+ * @b: an s8
+ * @c: a u16
+ * @d: an s32
+ * @e: a pointer
+ * @f: an s16
+ * @g: an s64, on the caller's stack, as the ones after it
+ * @h: a u8
+ * @i: an s32
+ * @j: a u64
+ * @k: an s64
+ *
+ * Return: their sum.
+ */
 noinline u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
 				      u8 h, s32 i, u64 j, s64 k)
 {
@@ -105,7 +167,24 @@ noinline u64 rkf_testmod_multi_test11(u64 a, s8 b, u16 c, s32 d, void *e, s16 f,
 	return a + b + c + d + (unsigned long)e + f + g + h + i + j + k;
 }
 
-/* Twelve, the most a BPF trampoline takes (MAX_BPF_FUNC_ARGS). */
+/**
+ * rkf_testmod_multi_test12() - a target of twelve arguments, the most a BPF trampoline
+ * takes (MAX_BPF_FUNC_ARGS)
+ * @a: a u64
+ * @b: an s8
+ * @c: a u16
+ * @d: an s32
+ * @e: a pointer
+ * @f: an s16
+ * @g: an s64, on the caller's stack, as the ones after it
+ * @h: a u8
+ * @i: an s32
+ * @j: a u64
+ * @k: an s64
+ * @l: a u64
+ *
+ * Return: their sum.
+ */
 noinline u64 rkf_testmod_multi_test12(u64 a, s8 b, u16 c, s32 d, void *e, s16 f, s64 g,
 				      u8 h, s32 i, u64 j, s64 k, u64 l)
 {

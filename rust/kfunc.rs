@@ -12,16 +12,33 @@ use core::ptr;
 use kernel::{bindings, error::to_result, prelude::*, ThisModule};
 
 /// A kfunc set a shim defines (`struct btf_kfunc_id_set`, declared in c-shim/rkf.h).
+///
+/// # Invariants
+///
+/// The set is a const object of a C shim (`BTF_KFUNCS_START`/`BTF_KFUNCS_END` or
+/// `BTF_SET8_START`/`BTF_SET8_END`): its `set` points to a static `struct btf_id_set8`
+/// with `cnt` pairs after its header, and neither is ever written.
 pub(crate) struct KfuncSet(&'static bindings::btf_kfunc_id_set);
 
 impl KfuncSet {
     /// Wraps the shim's set.
-    pub(crate) const fn new(set: &'static bindings::btf_kfunc_id_set) -> Self {
+    ///
+    /// # Safety
+    ///
+    /// `set` is a const object of a C shim whose `set` points to a static
+    /// `struct btf_id_set8` with `cnt` pairs after its header; neither is ever written.
+    pub(crate) const unsafe fn new(set: &'static bindings::btf_kfunc_id_set) -> Self {
+        // INVARIANT: the caller's guarantee.
         Self(set)
+    }
+
+    /// The set, for the kernel.
+    pub(crate) fn as_raw(&self) -> *const bindings::btf_kfunc_id_set {
+        ptr::from_ref(self.0)
     }
 }
 
-// SAFETY: the set is a const object of the shim, never written.
+// SAFETY: the set is never written (type invariant).
 unsafe impl Sync for KfuncSet {}
 
 /// A BPF program type, as far as kfunc registration is concerned.
@@ -50,14 +67,13 @@ impl ProgType {
     }
 }
 
-/// Whether every BTF id of `set`, a set a shim defines (`BTF_KFUNCS_START/END` or
-/// `BTF_SET8_START/END`), was patched by resolve_btfids: the kernel would take an
+/// Whether every BTF id of `set` was patched by resolve_btfids: the kernel would take an
 /// unresolved one (0) silently.
-pub(crate) fn ids_resolved(set: &'static bindings::btf_kfunc_id_set) -> bool {
-    // SAFETY: `set` is a 'static set of the shim, whose `set` points to a static
-    // `btf_id_set8` with `cnt` entries after its header.
+pub(crate) fn ids_resolved(set: &KfuncSet) -> bool {
+    // SAFETY: the set's `set` points to a static `btf_id_set8` with `cnt` entries after
+    // its header, never written (type invariant of `KfuncSet`).
     let ids = unsafe {
-        let set8 = set.set;
+        let set8 = set.0.set;
         core::slice::from_raw_parts((*set8).pairs.as_ptr(), (*set8).cnt as usize)
     };
     !ids.is_empty() && ids.iter().all(|p| p.id != 0)
@@ -79,30 +95,37 @@ impl KfuncRegistration {
     /// module has no BTF (it was built against a tree without `vmlinux`: the kernel would
     /// only warn "missing module BTF" and return 0) or when resolve_btfids did not patch
     /// the set's BTF ids.
-    pub(crate) fn new(
+    ///
+    /// # Safety
+    ///
+    /// Called from the init of `module`, whose shim defines `set`, once for each set: the
+    /// kernel takes a module's kfunc sets only from its init (register_btf_kfunc_id_set()
+    /// reallocates the hook's set without a lock), and one set of a module per hook.
+    pub(crate) unsafe fn new(
         module: &'static ThisModule,
         set: &'static KfuncSet,
         types: &[ProgType],
     ) -> Result<Self> {
-        // SAFETY: `module` is this module, which is alive while its init runs; the kernel
-        // frees the `.BTF` data only after init (kernel/module/main.c, do_init_module()).
+        // SAFETY: `module` is a `&'static ThisModule`, so its `struct module` is valid; its
+        // `btf_data_size` is set at load, before init (kernel/module/main.c).
         let btf_size = unsafe { (*module.as_ptr()).btf_data_size };
         if btf_size == 0 {
             pr_err!("the module has no .BTF section: build it against a kernel tree that has vmlinux (with CONFIG_DEBUG_INFO_BTF_MODULES=y and pahole), or its kfuncs cannot register\n");
             return Err(ENOEXEC);
         }
 
-        if !ids_resolved(set.0) {
+        if !ids_resolved(set) {
             pr_err!(
                 "the kfunc set has unresolved BTF ids: resolve_btfids did not run on the module\n"
             );
             return Err(EINVAL);
         }
 
-        let set = ptr::from_ref(set.0);
+        let set = set.as_raw();
         for &t in types {
-            // SAFETY: `set` is a valid, 'static kfunc set owned by `module`, and this runs
-            // from module init, as register_btf_kfunc_id_set() requires.
+            // SAFETY: `set` is a valid, 'static kfunc set owned by `module` (type invariant
+            // of `KfuncSet`), and this runs from module init, as register_btf_kfunc_id_set()
+            // requires (this function's safety contract).
             to_result(unsafe { bindings::register_btf_kfunc_id_set(t.as_raw(), set) })
                 .inspect_err(|e| {
                     pr_err!("cannot register kfuncs for {:?} programs: {:?}\n", t, e);

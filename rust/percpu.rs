@@ -18,8 +18,9 @@ const _: () = assert!(abi::PERCPU_PROBE_MAGIC == rkf_h::RKF_PERCPU_PROBE_MAGIC);
 
 /// The kfunc set of rkf_percpu (`rkf_percpu_kfunc_set`).
 pub(crate) static KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_percpu_kfunc_set` as a const object, never written.
-    KfuncSet::new(unsafe { &rkf_h::rkf_percpu_kfunc_set });
+    // SAFETY: the shim defines `rkf_percpu_kfunc_set` with `BTF_KFUNCS_START/END`, as a const
+    // object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_percpu_kfunc_set) };
 
 /// The cpus of the running kernel.
 struct KernelCpus;

@@ -148,11 +148,16 @@ impl kernel::InPlaceModule for RkfMulti {
         try_pin_init!(Self {
             // Initialised in reverse: everything the device's files reach exists before
             // the device does.
-            _sleepable: SleepableTemplate::register()?,
+            // SAFETY: this is rkf_multi's init, and the set is registered once.
+            _sleepable: unsafe { SleepableTemplate::register()? },
             ops <- FtraceOps::new(),
-            drain: ImageDrain,
+            // SAFETY: the one drain, the module state's, which drops it after the registry
+            // and the deferred frees (declared after them).
+            drain: unsafe { ImageDrain::new() },
             deferred: Deferred::new()?,
-            frames: Frames::new(),
+            // SAFETY: the one `Frames`, the module state's, which drops it after the
+            // device and the registry (declared after them), when no function is hooked.
+            frames: unsafe { Frames::new() },
             registry <- new_mutex!(Registry::new(module_parameters::generate.value())),
             dev <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"rkf_multi",

@@ -54,11 +54,15 @@ impl kernel::Module for RkfPercpu {
     fn init(module: &'static ThisModule) -> Result<Self> {
         // The probe must be set up before the kfuncs become callable.
         percpu::init_probe();
-        let kfuncs = KfuncRegistration::new(
-            module,
-            &percpu::KFUNCS,
-            &[ProgType::Tracing, ProgType::Kprobe, ProgType::Syscall],
-        )?;
+        // SAFETY: this is the init of `module`, whose shim defines the set, registered
+        // once.
+        let kfuncs = unsafe {
+            KfuncRegistration::new(
+                module,
+                &percpu::KFUNCS,
+                &[ProgType::Tracing, ProgType::Kprobe, ProgType::Syscall],
+            )?
+        };
         pr_info!("kfuncs bpf_rkf_per_cpu_ptr and bpf_rkf_this_cpu_ptr registered\n");
         Ok(Self { _kfuncs: kfuncs })
     }

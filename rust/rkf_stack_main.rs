@@ -56,17 +56,23 @@ struct RkfStack {
 impl kernel::Module for RkfStack {
     fn init(module: &'static ThisModule) -> Result<Self> {
         // Everything the kfuncs use is set up before they are registered.
-        let mm_work = MmUnlockWork::new();
+        // SAFETY: this is the module's init, once, before any kfunc can run.
+        let mm_work = unsafe { MmUnlockWork::new() };
         let buffers = CallchainBuffers::get()?;
         // SAFETY: this is the module's init, and the tracing set is registered below.
         unsafe { stack::kfunc_filter_init()? };
         // The helper is there for syscall programs too (through the raw_tp proto).
-        let tracing = KfuncRegistration::new(
-            module,
-            &stack::TRACING_KFUNCS,
-            &[ProgType::Tracing, ProgType::Syscall],
-        )?;
-        let kprobe = KfuncRegistration::new(module, &stack::KPROBE_KFUNCS, &[ProgType::Kprobe])?;
+        // SAFETY: this is the init of `module`, whose shim defines the set, registered once.
+        let tracing = unsafe {
+            KfuncRegistration::new(
+                module,
+                &stack::TRACING_KFUNCS,
+                &[ProgType::Tracing, ProgType::Syscall],
+            )?
+        };
+        // SAFETY: as above, for the other set.
+        let kprobe =
+            unsafe { KfuncRegistration::new(module, &stack::KPROBE_KFUNCS, &[ProgType::Kprobe])? };
         pr_info!("kfuncs bpf_rkf_get_stack, bpf_rkf_get_stack_kprobe, bpf_rkf_get_stack_pe and bpf_rkf_get_task_stack registered\n");
         Ok(Self {
             _tracing: tracing,

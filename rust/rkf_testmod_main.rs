@@ -32,16 +32,17 @@ use kfunc::{KfuncRegistration, KfuncSet, ProgType};
 
 /// The kfunc set of rkf_testmod for syscall programs (`rkf_testmod_kfunc_set`).
 static KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_testmod_kfunc_set` as a const object, never written.
-    KfuncSet::new(unsafe { &rkf_h::rkf_testmod_kfunc_set });
+    // SAFETY: the shim defines `rkf_testmod_kfunc_set` with `BTF_KFUNCS_START/END`, as a const
+    // object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_testmod_kfunc_set) };
 
 /// The kfunc set of rkf_testmod for tracing programs (`rkf_testmod_tracing_kfunc_set`):
 /// `bpf_rkf_testmod_recurse()`, with which a program on `rkf_testmod_recurse()` calls its
 /// own function again, and the sleepable `bpf_rkf_testmod_wait_step()`.
 static TRACING_KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_testmod_tracing_kfunc_set` as a const object, never
-    // written.
-    KfuncSet::new(unsafe { &rkf_h::rkf_testmod_tracing_kfunc_set });
+    // SAFETY: the shim defines `rkf_testmod_tracing_kfunc_set` with `BTF_KFUNCS_START/END`, as
+    // a const object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_testmod_tracing_kfunc_set) };
 
 module! {
     type: RkfTestmod,
@@ -58,8 +59,11 @@ struct RkfTestmod {
 
 impl kernel::Module for RkfTestmod {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let kfuncs = KfuncRegistration::new(module, &KFUNCS, &[ProgType::Syscall])?;
-        let tracing_kfuncs = KfuncRegistration::new(module, &TRACING_KFUNCS, &[ProgType::Tracing])?;
+        // SAFETY: this is the init of `module`, whose shim defines the set, registered once.
+        let kfuncs = unsafe { KfuncRegistration::new(module, &KFUNCS, &[ProgType::Syscall])? };
+        // SAFETY: as above, for the other set.
+        let tracing_kfuncs =
+            unsafe { KfuncRegistration::new(module, &TRACING_KFUNCS, &[ProgType::Tracing])? };
         Ok(Self {
             _kfuncs: kfuncs,
             _tracing_kfuncs: tracing_kfuncs,

@@ -21,14 +21,16 @@ use crate::{kfunc::KfuncSet, rkf_h};
 /// The kfunc set for the tracing hook: `bpf_rkf_get_stack()`, `bpf_rkf_get_stack_pe()`,
 /// `bpf_rkf_get_task_stack()`.
 pub(crate) static TRACING_KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` as a const object.
-    KfuncSet::new(unsafe { &rkf_h::rkf_stack_tracing_kfunc_set });
+    // SAFETY: the shim defines `rkf_stack_tracing_kfunc_set` with `BTF_KFUNCS_START/END`, as a
+    // const object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_stack_tracing_kfunc_set) };
 
 /// The kfunc set for kprobe programs: `bpf_rkf_get_stack_kprobe()`,
 /// `bpf_rkf_get_task_stack()`.
 pub(crate) static KPROBE_KFUNCS: KfuncSet =
-    // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` as a const object.
-    KfuncSet::new(unsafe { &rkf_h::rkf_stack_kprobe_kfunc_set });
+    // SAFETY: the shim defines `rkf_stack_kprobe_kfunc_set` with `BTF_KFUNCS_START/END`, as a
+    // const object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_stack_kprobe_kfunc_set) };
 
 /// Finds what the tracing set's filter refuses (`bpf_rkf_get_stack_pe()` to any program
 /// but a perf_event one), before the set is registered.
@@ -94,9 +96,13 @@ pub(crate) struct MmUnlockWork {
 
 impl MmUnlockWork {
     /// Sets up the slots.
-    pub(crate) fn new() -> Self {
-        // SAFETY: called once, at module init, before any kfunc can run: no slot is in
-        // use while it is initialised.
+    ///
+    /// # Safety
+    ///
+    /// Called once, from the module's init, before any kfunc can run: initialising a slot
+    /// that is queued would corrupt the irq_work list.
+    pub(crate) unsafe fn new() -> Self {
+        // SAFETY: no slot is in use while it is initialised (this function's contract).
         unsafe { rkf_h::rkf_stack_mm_init() };
         // INVARIANT: just initialised.
         Self { _private: () }
@@ -120,9 +126,15 @@ fn sysctl_max_stack() -> u32 {
 
 /// `current->mm`, read-locked, as an address space for build-id resolution without
 /// faults.
+///
+/// # Invariants
+///
+/// `mm` and `cookie` come from a successful `rkf_stack_mm_lock()`, so `mm` is read-locked
+/// while `self` lives; `found` is 0 or the vma of `mm` that `find_vma()` returned last.
 struct LockedMm {
     mm: *mut bindings::mm_struct,
     cookie: *mut c_void,
+    found: usize,
 }
 
 impl LockedMm {
@@ -135,14 +147,20 @@ impl LockedMm {
         if mm.is_null() {
             None
         } else {
-            Some(Self { mm, cookie })
+            // INVARIANT: locked above; no vma found yet.
+            Some(Self {
+                mm,
+                cookie,
+                found: 0,
+            })
         }
     }
 }
 
 impl Drop for LockedMm {
     fn drop(&mut self) {
-        // SAFETY: `mm` and `cookie` come from a successful `rkf_stack_mm_lock()`.
+        // SAFETY: `mm` and `cookie` come from a successful `rkf_stack_mm_lock()` (type
+        // invariant).
         unsafe { rkf_h::rkf_stack_mm_unlock(self.mm, self.cookie) };
     }
 }
@@ -177,13 +195,20 @@ unsafe fn vma_at(
 
 impl AddressSpace for LockedMm {
     fn find_vma(&mut self, ip: u64) -> Option<Vma> {
-        // SAFETY: `self.mm` is read-locked while `self` lives.
-        unsafe { vma_at(self.mm, ip) }.map(|(v, _)| v)
+        // SAFETY: `self.mm` is read-locked while `self` lives (type invariant).
+        let (v, vma) = unsafe { vma_at(self.mm, ip) }?;
+        // INVARIANT: the vma `find_vma()` returned last.
+        self.found = vma as usize;
+        Some(v)
     }
 
     fn build_id(&mut self, vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
-        // SAFETY: `handle` is a vma of the read-locked mm (from `find_vma()` above) and
-        // `out` has room for BUILD_ID_SIZE_MAX bytes.
+        // Only the vma this lookup found: any other `handle` is not known to be one.
+        if vma.handle == 0 || vma.handle != self.found {
+            return false;
+        }
+        // SAFETY: `handle` is the vma of the read-locked mm that `find_vma()` returned
+        // last (type invariant) and `out` has room for BUILD_ID_SIZE_MAX bytes.
         let r = unsafe {
             bindings::build_id_parse_nofault(
                 vma.handle as *mut bindings::vm_area_struct,

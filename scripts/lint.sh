@@ -25,6 +25,10 @@ bpf_code=(c-shim/rkf_multi_run.c c-shim/rkf_multi_deferred.c)
 mapfile -t other < <(ls c-shim/*.c c-shim/*.h c-shim/*.S | grep -vxF -f <(printf '%s\n' "${bpf_code[@]}"))
 "${cp[@]}" --strict "${other[@]}" || die "c-shim/: checkpatch --strict complains"
 "${cp[@]}" --strict --ignore RCU_TASKS_TRACE "${bpf_code[@]}" || die "c-shim/: checkpatch --strict complains"
+# kernel-doc of the shim's surface: every /** block well-formed, with every parameter and
+# its return described.
+"$ksrc/scripts/kernel-doc" -none -Wall -Werror c-shim/*.c c-shim/*.h ||
+	die "c-shim/: kernel-doc complains"
 # BPF programs declare kfuncs and ksyms as externs by design.
 "${cp[@]}" --ignore AVOID_EXTERNS include/rkf.bpf.h tests/progs/*.bpf.c user/bpf/*.bpf.c || die "BPF C: checkpatch complains"
-log "lint: rustfmt, cargo fmt and checkpatch are clean"
+log "lint: rustfmt, cargo fmt, checkpatch and kernel-doc are clean"

@@ -145,7 +145,7 @@ unsafe extern "C" {
     pub fn rkf_multi_publish(table: *const rkf_multi_table) -> *const rkf_multi_table;
 }
 unsafe extern "C" {
-    pub safe fn rkf_multi_wait_frames();
+    pub fn rkf_multi_wait_frames();
 }
 unsafe extern "C" {
     pub static rkf_multi_fmodret_set: btf_kfunc_id_set;

@@ -37,7 +37,7 @@ impl Deferred {
     /// Drops `garbage` after an RCU grace period and, with `tasks`, an RCU tasks grace
     /// period, and with `trace` an RCU tasks trace one, from a worker; without memory for
     /// that, waits for them here.
-    pub(crate) fn defer<T: Send>(&self, garbage: T, tasks: bool, trace: bool) {
+    pub(crate) fn defer<T: Send + 'static>(&self, garbage: T, tasks: bool, trace: bool) {
         match KBox::<T>::new_uninit(GFP_KERNEL) {
             Ok(b) => {
                 let b = KBox::write(b, garbage);

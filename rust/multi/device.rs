@@ -24,7 +24,8 @@ use crate::{
     rkf_h, RkfMulti,
 };
 
-// SAFETY: plain integers, any bit pattern is valid, no padding (asserted below).
+// SAFETY: plain integers, any bit pattern is valid, no padding (each struct's size is
+// asserted below to be the sum of its fields').
 unsafe impl FromBytes for AttachRequest {}
 // SAFETY: plain integers without padding.
 unsafe impl AsBytes for AttachRequest {}
@@ -69,6 +70,13 @@ crate::abi_check::assert_same_layout!(
     funcs,
     next_id
 );
+// No padding: each struct's size is the sum of its fields' (listed above, at C's offsets).
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<abi::AttachRequest>() == 2 * 4 + 4 * 8 + 4 * 4);
+    assert!(size_of::<abi::FuncInfo>() == 4 * 8);
+    assert!(size_of::<abi::LinkInfo>() == 8 + 4 * 4 + 2 * 8);
+};
 const _: () = {
     assert!(abi::IOC_TYPE == rkf_h::RKF_MULTI_IOC_TYPE);
     assert!(abi::IOC_NR_ATTACH as u32 == rkf_h::RKF_MULTI_IOC_NR_ATTACH);

@@ -52,7 +52,11 @@ pub(crate) fn site_is_taken(site: u64) -> bool {
 /// `ops` is zeroed or in ftrace's hands; while its filter has sites, ftrace calls the
 /// trampolines they were given, so the ops outlives every link (the module state drops
 /// it after everything but the sleepable template's registration, which it does not
-/// need).  `anchored` says whether the anchor's site is in its filter.
+/// need).  `anchored` says whether the anchor's site is in its filter.  Every update
+/// through it, and every use of `first` and `anchored`, runs under the registry's lock
+/// (through [`super::registry::Services`], which only `Registry::attach()` and
+/// `Registry::detach()` use, with `&mut Registry`), or in its drop, when nothing else
+/// reaches it.
 #[pin_data(PinnedDrop)]
 pub(crate) struct FtraceOps {
     #[pin]
@@ -63,8 +67,9 @@ pub(crate) struct FtraceOps {
     anchored: Atomic<bool>,
 }
 
-// SAFETY: ftrace serialises every use of the ops (its `direct_mutex`); the registry's
-// lock serialises rkf_multi's.
+// SAFETY: rkf_multi's uses of the ops are serialised by the registry's lock (type
+// invariant): `update_ftrace_direct_del()` and `_mod()` read the ops before they take
+// ftrace's `direct_mutex`, which serialises them only against other ftrace users.
 unsafe impl Sync for FtraceOps {}
 // SAFETY: the ops is not tied to a task.
 unsafe impl Send for FtraceOps {}

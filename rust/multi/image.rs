@@ -124,12 +124,27 @@ unsafe extern "C" fn free_data(data: *mut c_void) {
 
 /// The retired images that count calls in flight: at unload, the ones no call is in any more
 /// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
-pub(crate) struct ImageDrain;
+pub(crate) struct ImageDrain {
+    _private: (),
+}
+
+impl ImageDrain {
+    /// The retired images.
+    ///
+    /// # Safety
+    ///
+    /// One object, the module state's, dropped at unloading only, after the registry
+    /// and the deferred frees: nothing may retire an image after it.
+    pub(crate) unsafe fn new() -> Self {
+        Self { _private: () }
+    }
+}
 
 impl Drop for ImageDrain {
     fn drop(&mut self) {
         // SAFETY: this is rkf_multi's unloading, after its registry and deferred frees
-        // are gone: nothing retires an image any more.
+        // are gone: nothing retires an image any more (the safety contract of
+        // `ImageDrain::new()`).
         unsafe { rkf_h::rkf_multi_image_drain_exit() };
     }
 }

@@ -132,8 +132,11 @@ impl ModuleRef {
     pub(crate) fn of(btf: &BtfRef) -> Option<Self> {
         // SAFETY: `btf` is a valid BTF object (type invariant of `BtfRef`).
         let p = unsafe { bindings::btf_try_get_module(btf.ptr) };
+        if p.is_null() {
+            return None;
+        }
         // INVARIANT: a non-NULL result comes with a reference.
-        (!p.is_null()).then_some(Self { ptr: p })
+        Some(Self { ptr: p })
     }
 
     /// The module, valid while `self` is.

@@ -292,7 +292,11 @@ impl Registry {
     /// Makes `new` the table the trampolines read; returns what it replaced, with `gone`,
     /// to be freed after its grace periods.
     fn publish(&mut self, new: Option<Table>, gone: Option<Link>) -> Garbage {
-        table::publish(new.as_ref());
+        // SAFETY: publications are serialised by `&mut self` (the registry's lock); `new`
+        // stays in `self.table` until the next one, and the table it replaces goes into
+        // the garbage, which every caller frees after its grace periods (`free_later()`)
+        // or keeps for good (`keep_loaded_forever()`).
+        unsafe { table::publish(new.as_ref()) };
         Garbage {
             _table: core::mem::replace(&mut self.table, new),
             _link: gone,

@@ -27,13 +27,21 @@ pub(crate) struct Frames {
 
 impl Frames {
     /// The frames of the shared trampoline.
-    pub(crate) fn new() -> Self {
+    ///
+    /// # Safety
+    ///
+    /// One object, the module state's, dropped at unloading only once no function is
+    /// hooked any more (after the device and the registry): the wait makes every frame's
+    /// end wake it, which calls functions a link could trace.
+    pub(crate) unsafe fn new() -> Self {
         Self { _private: () }
     }
 }
 
 impl Drop for Frames {
     fn drop(&mut self) {
-        rkf_h::rkf_multi_wait_frames();
+        // SAFETY: this is rkf_multi's unloading, with no function hooked (the safety
+        // contract of `Frames::new()`).
+        unsafe { rkf_h::rkf_multi_wait_frames() };
     }
 }

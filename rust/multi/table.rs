@@ -277,15 +277,19 @@ impl Table {
     }
 }
 
-/// Makes `new` the table the shared trampoline reads.  The caller serialises
-/// publications, keeps `new` until the next one, and frees what this returns, the table
-/// it replaces, only after its grace periods.
-pub(crate) fn publish(new: Option<&Table>) {
+/// Makes `new` the table the shared trampoline reads.
+///
+/// # Safety
+///
+/// The caller serialises publications, keeps `new` where it is until the next one, and
+/// frees the table this one replaces only after its grace periods: the trampolines read
+/// a published table under RCU, RCU tasks or RCU tasks trace.
+pub(crate) unsafe fn publish(new: Option<&Table>) {
     let raw = new.map_or(ptr::null(), |t| {
         ptr::from_ref::<rkf_h::rkf_multi_table>(&t.raw)
     });
     // SAFETY: `raw` is NULL or a complete table whose storage the caller keeps until the
-    // next publication (this function's contract).
+    // next publication (this function's safety contract).
     unsafe { rkf_h::rkf_multi_publish(raw) };
 }
 

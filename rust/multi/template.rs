@@ -6,7 +6,13 @@
 
 use kernel::{bindings, error::to_result, prelude::*};
 
-use crate::rkf_h;
+use crate::{kfunc::KfuncSet, rkf_h};
+
+/// The set with the templates (`rkf_multi_fmodret_set`).
+static FMODRET: KfuncSet =
+    // SAFETY: the shim defines `rkf_multi_fmodret_set` with `BTF_SET8_START/END`, as a
+    // const object, never written.
+    unsafe { KfuncSet::new(&rkf_h::rkf_multi_fmodret_set) };
 
 /// The templates in the verifier's fmodret set with `KF_SLEEPABLE`
 /// (`btf_id_allow_sleepable()` in kernel/bpf/verifier.c), which lets `fentry.s` and
@@ -22,19 +28,22 @@ pub(crate) struct SleepableTemplate {
 impl SleepableTemplate {
     /// Registers the set; fails if resolve_btfids did not patch its BTF id, or the kernel
     /// refuses it.
-    pub(crate) fn register() -> Result<Self> {
-        // SAFETY: the shim defines `rkf_multi_fmodret_set` as a const object, never
-        // written.
-        let set = unsafe { &rkf_h::rkf_multi_fmodret_set };
-        if !crate::kfunc::ids_resolved(set) {
+    ///
+    /// # Safety
+    ///
+    /// Called once, from rkf_multi's init: the kernel takes a module's sets only from its
+    /// init.
+    pub(crate) unsafe fn register() -> Result<Self> {
+        if !crate::kfunc::ids_resolved(&FMODRET) {
             pr_err!(
                 "the templates' BTF ids are unresolved: resolve_btfids did not run on the module\n"
             );
             return Err(EINVAL);
         }
-        // SAFETY: `set` is a valid, 'static set owned by this module, and this runs from
-        // module init, as register_btf_fmodret_id_set() requires.
-        to_result(unsafe { bindings::register_btf_fmodret_id_set(set) })
+        // SAFETY: the set is a valid, 'static set owned by this module, and this runs from
+        // module init (this function's safety contract), as register_btf_fmodret_id_set()
+        // requires.
+        to_result(unsafe { bindings::register_btf_fmodret_id_set(FMODRET.as_raw()) })
             .inspect_err(|e| pr_err!("cannot register the sleepable templates: {:?}\n", e))?;
         Ok(Self { _private: () })
     }
