@@ -24,6 +24,15 @@ static __always_inline void recurse(void)
 	bpf_rkf_testmod_recurse(0);
 }
 
+/* A session recurses from its entry run only. */
+static __always_inline void session(void *ctx)
+{
+	if (bpf_session_is_return(ctx))
+		runs++;
+	else
+		recurse();
+}
+
 RKF_MULTI_FENTRY
 int BPF_PROG(rkf_fentry)
 {
@@ -41,10 +50,7 @@ int BPF_PROG(rkf_fexit)
 RKF_MULTI_FSESSION
 int BPF_PROG(rkf_session)
 {
-	if (bpf_session_is_return(ctx))
-		runs++;
-	else
-		recurse();
+	session(ctx);
 	return 0;
 }
 
@@ -65,10 +71,7 @@ int BPF_PROG(single_fexit)
 SEC("fsession/rkf_testmod_recurse")
 int BPF_PROG(single_session)
 {
-	if (bpf_session_is_return(ctx))
-		runs++;
-	else
-		recurse();
+	session(ctx);
 	return 0;
 }
 
