@@ -10,9 +10,9 @@
 #   3. make install against that installed headers package (KDIR=/lib/modules/<release>/build),
 #      as a user without dkms would;
 #   4. dkms add, build and install against that headers package alone (no --kernelsourcedir),
-#      with only the system's directories and rustc's on PATH, signing with the kernel's
-#      own module key (the role a distribution's MOK plays), given to dkms through
-#      /etc/dkms/framework.conf.d;
+#      with only the system's directories and the rustc toolchain's on PATH, signing
+#      with the kernel's own module key (the role a distribution's MOK plays), given to
+#      dkms through /etc/dkms/framework.conf.d;
 #   5. boot the distro kernel, load the modules dkms installed, check that the kernel
 #      verified their signature (no E taint; an unsigned build of the same module gets E),
 #      and run a smoke subset of the kselftests against them;
@@ -163,7 +163,11 @@ printf 'mok_signing_key="%s"\nmok_certificate="%s"\n' "$key" "$cert" >"$signing_
 # upgrade): with the system's directories on PATH and the kernel's rustc, which a
 # distribution's rustc package puts there; not with this checkout's PATH (lib.sh adds
 # LLVM's and virtme-ng's directories).  dkms hands its environment to make.
-rustc_dir=$(dirname "$(command -v rustc)")
+# The toolchain's own bin directory, not rustup's proxies (which would pick a toolchain by
+# HOME's settings, not this checkout's).
+sysroot=$(rustc --print sysroot) || die "rustc is not on PATH"
+rustc_dir=$sysroot/bin
+[[ -x $rustc_dir/rustc ]] || die "no rustc in $rustc_dir (rustc --print sysroot)"
 system_dkms() { env -i HOME="$HOME" PATH="$rustc_dir:/usr/sbin:/usr/bin:/sbin:/bin" dkms "$@"; }
 
 system_dkms add "$name/$version"
