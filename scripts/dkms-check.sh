@@ -115,14 +115,21 @@ elif grep -qx 'CONFIG_MODULE_COMPRESS_ZSTD=y' "$kdir/.config"; then ko=.ko.zst
 elif grep -qx 'CONFIG_MODULE_COMPRESS_GZIP=y' "$kdir/.config"; then ko=.ko.gz
 fi
 
+# make_install TREE ROOT: make install against the kernel tree TREE into the staging
+# root ROOT must install rkf_percpu, rkf_stack and rkf_multi, and not rkf_testmod.
+make_install() {
+	local tree=$1 root=$2 m dir
+	make -s -C "$RKF_ROOT" install KDIR="$tree" INSTALL_MOD_PATH="$root" >/dev/null
+	dir=$root/lib/modules/$release/updates
+	for m in rkf_percpu rkf_stack rkf_multi; do
+		[[ -f $dir/$m$ko ]] || die "make install KDIR=$tree did not install $m$ko in $dir"
+	done
+	[[ -z $(compgen -G "$dir/rkf_testmod.ko*") ]] ||
+		die "make install KDIR=$tree installed the test-only rkf_testmod"
+}
+
 log "make install into a staging root"
-make -s -C "$RKF_ROOT" install KDIR="$kdir" INSTALL_MOD_PATH="$tmp/root" >/dev/null
-for m in rkf_percpu rkf_stack rkf_multi; do
-	[[ -f $tmp/root/lib/modules/$release/updates/$m$ko ]] ||
-		die "make install did not install $m$ko in $tmp/root/lib/modules/$release/updates"
-done
-[[ -z $(compgen -G "$tmp/root/lib/modules/$release/updates/rkf_testmod.ko*") ]] ||
-	die "make install installed the test-only rkf_testmod"
+make_install "$kdir" "$tmp/root"
 
 log "the headers package of $release"
 deb=$("$RKF_ROOT/scripts/headers-package.sh" "$kdir" "$tmp/deb" | tail -1)
@@ -138,11 +145,7 @@ dpkg -i "$deb" >/dev/null
 # Without dkms, as a user builds against an installed headers package: make install
 # with KDIR its build link.
 log "make install against the installed headers package (KDIR=$build_link)"
-make -s -C "$RKF_ROOT" install KDIR="$build_link" INSTALL_MOD_PATH="$tmp/root-headers" >/dev/null
-for m in rkf_percpu rkf_stack rkf_multi; do
-	[[ -f $tmp/root-headers/lib/modules/$release/updates/$m$ko ]] ||
-		die "make install against $build_link did not install $m$ko"
-done
+make_install "$build_link" "$tmp/root-headers"
 
 log "dkms: staging $name $version in $src"
 mkdir -p "$src"

@@ -11,7 +11,7 @@
 use std::{mem::MaybeUninit, os::fd::AsFd};
 
 use anyhow::{Context, Result};
-use libbpf_rs::{query::LinkInfo, ProgramInput};
+use libbpf_rs::{query::LinkInfo, ProgramInput, ProgramMut};
 
 use super::{attach, check_tramps, Tramp};
 use crate::{
@@ -27,11 +27,47 @@ use rkf::{
 /// Outer calls of `rkf_testmod_recurse(0)` per case.
 const CALLS: u64 = 3;
 
+/// A kind of program.
+#[derive(Clone, Copy)]
+enum Kind {
+    Fentry,
+    Fexit,
+    Session,
+}
+
+impl Kind {
+    /// Its name, for messages.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Fentry => "fentry",
+            Kind::Fexit => "fexit",
+            Kind::Session => "session",
+        }
+    }
+
+    /// The kernel's program of this kind and rkf_multi's.
+    fn progs<'a, 'obj>(
+        self,
+        skel: &'a MultiRecursionSkel<'obj>,
+    ) -> (&'a ProgramMut<'obj>, &'a ProgramMut<'obj>) {
+        let p = &skel.progs;
+        match self {
+            Kind::Fentry => (&p.single_fentry, &p.rkf_fentry),
+            Kind::Fexit => (&p.single_fexit, &p.rkf_fexit),
+            Kind::Session => (&p.single_session, &p.rkf_session),
+        }
+    }
+}
+
 /// The kinds of program, and per outer call the runs that got past the guard and those it
 /// skipped: the nested call meets the guard once (its entry, or its exit for fexit), a
 /// session's twice (it recurses from its entry run, inside which the nested call's entry
 /// and exit runs both come), and a session's outer call runs it twice.
-const KINDS: [(&str, u64, u64); 3] = [("fentry", 1, 1), ("fexit", 1, 1), ("session", 2, 2)];
+const KINDS: [(Kind, u64, u64); 3] = [
+    (Kind::Fentry, 1, 1),
+    (Kind::Fexit, 1, 1),
+    (Kind::Session, 2, 2),
+];
 
 pub(super) fn recursion_misses_counted() -> Result<()> {
     modules::require("rkf_testmod")?;
@@ -42,21 +78,19 @@ pub(super) fn recursion_misses_counted() -> Result<()> {
         let mut skel = load(&mut obj)?;
         let mut kernel = Vec::new();
         for (kind, runs, missed) in KINDS {
-            let prog = match kind {
-                "fentry" => &skel.progs.single_fentry,
-                "fexit" => &skel.progs.single_fexit,
-                _ => &skel.progs.single_session,
-            };
-            let link = prog
+            let kind_name = kind.name();
+            let link = kind
+                .progs(&skel)
+                .0
                 .attach()
-                .with_context(|| format!("the kernel's {kind} on rkf_testmod_recurse"))?;
+                .with_context(|| format!("the kernel's {kind_name} on rkf_testmod_recurse"))?;
             let id = LinkInfo::from_fd(link.as_fd())?.prog_id;
             let counts = calls(&mut skel, id)?;
-            diag!("the kernel's {kind}: {counts:?} (runs, recursion_misses)");
+            diag!("the kernel's {kind_name}: {counts:?} (runs, recursion_misses)");
             check_eq!(
                 counts,
                 (CALLS * runs, CALLS * missed),
-                "the kernel's {kind}: (runs, recursion_misses) of {CALLS} calls"
+                "the kernel's {kind_name}: (runs, recursion_misses) of {CALLS} calls"
             );
             kernel.push(counts);
         }
@@ -85,18 +119,11 @@ fn rkf_case(
     skel: &mut MultiRecursionSkel<'_>,
     target: &[Func],
     tramp: Tramp,
-    kind: &str,
+    kind: Kind,
     want: (u64, u64),
 ) -> Result<()> {
-    let what = format!("rkf_multi {kind} ({tramp:?} trampoline)");
-    let link = {
-        let prog = match kind {
-            "fentry" => &skel.progs.rkf_fentry,
-            "fexit" => &skel.progs.rkf_fexit,
-            _ => &skel.progs.rkf_session,
-        };
-        attach(prog, target, None)?
-    };
+    let what = format!("rkf_multi {} ({tramp:?} trampoline)", kind.name());
+    let link = attach(kind.progs(skel).1, target, None)?;
     check_tramps(target, tramp, &what)?;
     let counts = calls(skel, link.info()?.prog_id)?;
     check_eq!(counts, want, "{what}: (runs, recursion_misses)");
