@@ -8,8 +8,8 @@
 #   make modules    build the modules for KDIR (default: the cached test kernel)
 #   make kernel     build (or find in the cache) the test and distro kernels
 #   make user       build the rkf CLI and the selftest runner
-#   make host-test  cargo test of the pure-Rust parts, and the bad-input checks
-#   make lint       rustfmt, cargo fmt, checkpatch
+#   make host-test  cargo test of the pure-Rust parts, the bad-input and splat checks
+#   make lint       rustfmt, cargo fmt, checkpatch, kernel-doc, shellcheck
 #   make vm-test    the kselftests in a VM on the test kernel
 #   make vm-test-distro  the kselftests in a VM on the distro kernel (Debian's config)
 #   make vm-test-mitigations  the rkf_multi kselftests on the distro kernel, on cpus with
@@ -99,6 +99,7 @@ user: kernel-test
 host-test: user
 	cargo test --release --locked -p rkf-core -p rkf -p rkf-selftests
 	tests/host-bad-input.sh
+	tests/host-splats.sh
 
 # Each fuzz target of rust/core/tests/fuzz.rs runs RKF_FUZZ_SECS seconds (cargo test runs
 # them two at a time).

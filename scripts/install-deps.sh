@@ -38,10 +38,11 @@ fi
 
 # gcc: the distro kernel is built with GCC, as Debian builds it (bookworm's 12.2); openssl
 # makes its module signing key; zstd compresses its bzImage (Debian's KERNEL_ZSTD); golang-go
-# gives `go tool pprof`, the client that reads rkf's pprof files in make pprof-check.
+# gives `go tool pprof`, the client that reads rkf's pprof files in make pprof-check;
+# make lint checks the scripts with shellcheck.
 pkgs=(clang-19 lld-19 llvm-19 libclang-19-dev dwarves bc flex bison libelf-dev
       libssl-dev zlib1g-dev pkg-config cpio kmod xz-utils rsync python3-venv
-      busybox-static make git file elfutils dkms gcc openssl zstd golang-go)
+      busybox-static make git file elfutils dkms gcc openssl zstd golang-go shellcheck)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -37,3 +37,25 @@ with_progress() {
 	log "$what: done in $((SECONDS - start)) s (exit $rc)"
 	return $rc
 }
+
+# kernel_splats FILE: print the lines of a kernel log that show a splat; exit 0 when there
+# is one.  Warnings ("WARNING: kernel/bpf/btf.c:9017 at ..., CPU#1: insmod/60"), BUGs (a
+# KASAN or KFENCE report, a NULL dereference, sleeping in atomic context, a soft lockup,
+# a workqueue lockup), Oopses and panics, lockdep and RCU-lockdep reports, every form of
+# RCU CPU stall warning ("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+# "self-detected stall on CPU": kernel/rcu/tree_stall.h; not every form has a "Call
+# Trace:"), a hung task ("INFO: task ... blocked for more than N seconds.", "blocked in
+# I/O wait for more than", "is blocked on a mutex": kernel/hung_task.c), refcount, UBSAN
+# and list corruption reports, a leak kmemleak found, and any stack dump.  An RCU tasks
+# grace period held back for rcu_task_stall_info (10 s) prints "... grace period number
+# N (since boot) is J jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in
+# kernel/rcu/tasks.h) long before the stall warning "detected stalls on tasks": a
+# holdout kept every trampoline and module unload waiting that long, so it is one too.
+# The command line is left out: virtme-ng passes the guest's command base64-encoded in
+# it, which may spell anything (its lines, and those of the parameters the kernel did
+# not know, which repeat it).  tests/host-splats.sh checks each form against lines as
+# the kernel prints them.
+kernel_splats() {
+	grep -vE '^(\[[ 0-9.]*\] )?((Kernel c|C)ommand line: |Unknown kernel command line parameters )' "$1" |
+		grep -E 'WARNING:|BUG:|Oops|KASAN|kernel BUG|Kernel panic|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|INFO: task .* blocked|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:|detected stalls on|self-detected stall|\(since boot\).* jiffies old'
+}

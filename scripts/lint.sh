@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Style checks: rustfmt with the kernel's settings for the module crates, cargo fmt for the
-# userspace crates, checkpatch for the C shim (--strict) and the BPF header.
+# userspace crates, checkpatch for the C shim (--strict) and the BPF header, kernel-doc,
+# and shellcheck on the scripts.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -22,7 +23,10 @@ cp=(perl "$ksrc/scripts/checkpatch.pl" --no-tree --quiet -f)
 # tree (kernel/bpf/, ...): rkf_multi's program run and frees are BPF trampoline code, what
 # kernel/bpf/trampoline.c does for sleepable programs, out of the tree.
 bpf_code=(c-shim/rkf_multi_run.c c-shim/rkf_multi_deferred.c)
-mapfile -t other < <(ls c-shim/*.c c-shim/*.h c-shim/*.S | grep -vxF -f <(printf '%s\n' "${bpf_code[@]}"))
+other=()
+for f in c-shim/*.c c-shim/*.h c-shim/*.S; do
+	[[ " ${bpf_code[*]} " == *" $f "* ]] || other+=("$f")
+done
 "${cp[@]}" --strict "${other[@]}" || die "c-shim/: checkpatch --strict complains"
 "${cp[@]}" --strict --ignore RCU_TASKS_TRACE "${bpf_code[@]}" || die "c-shim/: checkpatch --strict complains"
 # kernel-doc of the shim's surface: every /** block well-formed, with every parameter and
@@ -31,4 +35,7 @@ mapfile -t other < <(ls c-shim/*.c c-shim/*.h c-shim/*.S | grep -vxF -f <(printf
 	die "c-shim/: kernel-doc complains"
 # BPF programs declare kfuncs and ksyms as externs by design.
 "${cp[@]}" --ignore AVOID_EXTERNS include/rkf.bpf.h tests/progs/*.bpf.c user/bpf/*.bpf.c || die "BPF C: checkpatch complains"
-log "lint: rustfmt, cargo fmt, checkpatch and kernel-doc are clean"
+# The scripts (.shellcheckrc: lib.sh is found beside the script that sources it).
+mapfile -t scripts < <(git ls-files '*.sh')
+shellcheck -x "${scripts[@]}" || die "scripts: shellcheck complains"
+log "lint: rustfmt, cargo fmt, checkpatch, kernel-doc and shellcheck are clean"

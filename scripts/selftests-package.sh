@@ -75,4 +75,5 @@ llvm-objcopy --remove-section=.BTF --remove-section=.BTF.base \
 tar -C "$RKF_ROOT/build/selftests" -czf "$RKF_ROOT/build/$name.tar.gz" "$name"
 ln -sfn "$name" "$RKF_ROOT/build/selftests/current-$release.$$"
 mv -Tf "$RKF_ROOT/build/selftests/current-$release.$$" "$RKF_ROOT/build/selftests/current-$release"
-log "kselftest package: build/$name.tar.gz ($(wc -l <"$pkg/kselftest-list.txt") tests, $(ls "$pkg/bpf" | wc -l) BPF objects)"
+objs=("$pkg"/bpf/*)
+log "kselftest package: build/$name.tar.gz ($(wc -l <"$pkg/kselftest-list.txt") tests, ${#objs[@]} BPF objects)"

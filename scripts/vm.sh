@@ -201,19 +201,10 @@ See $out/console.log.  rkf cannot test anything without a VM: this run fails."
 fi
 status=$(cat "$out/status")
 
-# Kernel splats fail the run, whatever the tests said.  RCU CPU stall warnings begin
-# "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:" or "self-detected stall on
-# CPU" (kernel/rcu/tree_stall.h), and not every form has a "Call Trace:"; a hung task,
-# "INFO: task ... blocked for more than N seconds." (kernel/hung_task.c).  An RCU tasks
-# grace period held back for rcu_task_stall_info (10 s) prints "... grace period number N
-# (since boot) is J jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in
-# kernel/rcu/tasks.h), long before the stall warning "detected stalls on tasks": a
-# holdout kept every trampoline free and module unload waiting that long, so it fails
-# the run too.
-splat='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|hung_task|blocked for more than|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:|detected stalls on|self-detected stall|\(since boot\).* jiffies old'
+# Kernel splats fail the run, whatever the tests said (kernel_splats in lib.sh).
 dmesg_file=$out/dmesg.txt
 [[ -f $dmesg_file ]] || dmesg_file=$out/console.log
-if grep -E "$splat" "$dmesg_file" >"$out/splats.txt"; then
+if kernel_splats "$dmesg_file" >"$out/splats.txt"; then
 	log "kernel splat(s) in $dmesg_file:"
 	head -60 "$out/splats.txt" >&2
 	fail=1
