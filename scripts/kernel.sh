@@ -20,7 +20,8 @@
 #
 # The cache lives in $RKF_CACHE (default ~/.cache/rkf).  A build directory is keyed by a
 # hash of everything that determines the kernel: the source (and config) package versions,
-# the patch series, the config fragments and the versions of the toolchain.  An unchanged
+# the patch series, the config fragments, the flavour's config recipe (test_config or
+# distro_config, as text) and the versions of the toolchain.  An unchanged
 # kernel is never rebuilt; a changed one always is, into a fresh directory.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -230,6 +231,8 @@ build_key() {
 		echo "flavour $flavour"
 		for p in $(patches); do sha256sum <"$p"; done
 		for f in $(fragments "$flavour"); do sha256sum <"$f"; done
+		# As for distro: how the fragments become the config.
+		declare -f test_config | sha256sum
 		toolchain_id
 	} | sha256sum | cut -c1-16
 }
@@ -415,6 +418,17 @@ distro_config() {
 	config_diff "$out" "$src"
 }
 
+# The test flavour's config: tinyconfig with the fragments merged.
+test_config() {
+	local out=$1 src=$2
+	kmake test "$src" "$out" tinyconfig >/dev/null
+	# shellcheck disable=SC2046
+	(cd "$out" && "$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" $(fragments test) >/dev/null)
+	kmake test "$src" "$out" olddefconfig >/dev/null
+	# shellcheck disable=SC2046
+	check_config "$out" $(fragments test)
+}
+
 # configure FLAVOUR DIR SRC
 configure() {
 	local flavour=$1 out=$2 src=$3
@@ -424,12 +438,7 @@ configure() {
 		distro_config "$out" "$src"
 		return
 	fi
-	kmake "$flavour" "$src" "$out" tinyconfig >/dev/null
-	# shellcheck disable=SC2046
-	(cd "$out" && "$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" $(fragments "$flavour") >/dev/null)
-	kmake "$flavour" "$src" "$out" olddefconfig >/dev/null
-	# shellcheck disable=SC2046
-	check_config "$out" $(fragments "$flavour")
+	test_config "$out" "$src"
 }
 
 # What a build directory records about itself (.rkf-built, and vm.sh's header line).
