@@ -43,8 +43,9 @@ with_progress() {
 # KASAN or KFENCE report, a NULL dereference, sleeping in atomic context, a soft lockup,
 # a workqueue lockup), Oopses and panics, lockdep and RCU-lockdep reports, every form of
 # RCU CPU stall warning ("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
-# "self-detected stall on CPU": kernel/rcu/tree_stall.h; not every form has a "Call
-# Trace:"), a hung task ("INFO: task ... blocked for more than N seconds.", "blocked in
+# "self-detected stall on CPU", "detected stall, but suppressed": kernel/rcu/
+# tree_stall.h; "detected expedited stalls on CPUs/tasks": kernel/rcu/tree_exp.h; not
+# every form has a "Call Trace:"), a hung task ("INFO: task ... blocked for more than N seconds.", "blocked in
 # I/O wait for more than", "is blocked on a mutex": kernel/hung_task.c), refcount, UBSAN
 # and list corruption reports, a leak kmemleak found, and any stack dump.  An RCU tasks
 # grace period held back for rcu_task_stall_info (10 s) prints "... grace period number
@@ -54,8 +55,11 @@ with_progress() {
 # The command line is left out: virtme-ng passes the guest's command base64-encoded in
 # it, which may spell anything (its lines, and those of the parameters the kernel did
 # not know, which repeat it).  tests/host-splats.sh checks each form against lines as
-# the kernel prints them.
+# the kernel prints them.  Read as text whatever bytes a crashed guest's console left
+# (-a: grep would otherwise stop at a NUL byte and only say "binary file matches").
+# Exit 0: splats; 1: none; 2: the log could not be read.
 kernel_splats() {
-	grep -vE '^(\[[ 0-9.]*\] )?((Kernel c|C)ommand line: |Unknown kernel command line parameters )' "$1" |
-		grep -E 'WARNING:|BUG:|Oops|KASAN|kernel BUG|Kernel panic|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|INFO: task .* blocked|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:|detected stalls on|self-detected stall|\(since boot\).* jiffies old'
+	[[ -r $1 && -f $1 ]] || { echo "kernel_splats: cannot read $1" >&2; return 2; }
+	grep -avE '^(\[[ 0-9.]*\] )?((Kernel c|C)ommand line: |Unknown kernel command line parameters )' "$1" |
+		grep -aE 'WARNING:|BUG:|Oops|KASAN|kernel BUG|Kernel panic|general protection fault|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|RCU stall|INFO: task .* blocked|refcount_t:|UBSAN|list_add corruption|list_del corruption|unreferenced object|Call Trace:|detected (expedited )?stall|\(since boot\).* jiffies old'
 }

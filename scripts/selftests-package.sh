@@ -75,5 +75,4 @@ llvm-objcopy --remove-section=.BTF --remove-section=.BTF.base \
 tar -C "$RKF_ROOT/build/selftests" -czf "$RKF_ROOT/build/$name.tar.gz" "$name"
 ln -sfn "$name" "$RKF_ROOT/build/selftests/current-$release.$$"
 mv -Tf "$RKF_ROOT/build/selftests/current-$release.$$" "$RKF_ROOT/build/selftests/current-$release"
-objs=("$pkg"/bpf/*)
-log "kselftest package: build/$name.tar.gz ($(wc -l <"$pkg/kselftest-list.txt") tests, ${#objs[@]} BPF objects)"
+log "kselftest package: build/$name.tar.gz ($(wc -l <"$pkg/kselftest-list.txt") tests, $(find "$pkg/bpf" -name '*.bpf.o' | wc -l) BPF objects)"

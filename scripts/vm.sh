@@ -204,13 +204,20 @@ status=$(cat "$out/status")
 # Kernel splats fail the run, whatever the tests said (kernel_splats in lib.sh).
 dmesg_file=$out/dmesg.txt
 [[ -f $dmesg_file ]] || dmesg_file=$out/console.log
-if kernel_splats "$dmesg_file" >"$out/splats.txt"; then
+splat_rc=0
+kernel_splats "$dmesg_file" >"$out/splats.txt" || splat_rc=$?
+case $splat_rc in
+0)
 	log "kernel splat(s) in $dmesg_file:"
 	head -60 "$out/splats.txt" >&2
 	fail=1
-else
-	log "dmesg is clean (no WARNING/BUG/Oops/KASAN/lockdep/RCU splat)"
-fi
+	;;
+1) log "dmesg is clean (no WARNING/BUG/Oops/KASAN/lockdep/RCU splat)" ;;
+*)
+	log "the kernel log $dmesg_file could not be checked for splats: this run fails"
+	fail=1
+	;;
+esac
 
 if [[ -s $out/kmemleak.txt ]]; then
 	log "kmemleak reports leaks (first ones below; all in $out/kmemleak.txt):"

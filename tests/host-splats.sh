@@ -59,7 +59,7 @@ if kernel_splats "$tmp/clean.txt" >/dev/null; then
 	exit 1
 fi
 
-planned=28
+planned=32
 echo "KTAP version 1"
 echo "1..$planned"
 check warning splat 'WARNING: kernel/bpf/btf.c:9017 at __register_btf_kfunc_id_set+0x8dd/0x8f0, CPU#1: insmod/60'
@@ -78,6 +78,8 @@ check lockdep_inconsistent splat 'WARNING: inconsistent lock state'
 check rcu_lockdep splat 'WARNING: suspicious RCU usage'
 check rcu_stall splat 'rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:'
 check rcu_self_stall splat 'rcu: INFO: rcu_preempt self-detected stall on CPU'
+check rcu_exp_stall splat 'rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { P123 } 21002 jiffies s: 93 root: 0x0/T'
+check rcu_stall_suppressed splat 'rcu: INFO: rcu_preempt detected stall, but suppressed full report due to a stuck CSD-lock.'
 check rcu_tasks_stall splat 'INFO: rcu_tasks detected stalls on tasks:'
 check rcu_tasks_old splat 'rcu_tasks_wait_gp: rcu_tasks grace period number 9 (since boot) is 2564 jiffies old.'
 check rcu_tasks_old_exit splat 'tasks_rcu_exit_stall: rcu_tasks grace period number 9 (since boot) gp_state: RTGS_WAIT_CBS is 2564 jiffies old.'
@@ -90,6 +92,30 @@ check list_add splat 'list_add corruption. next->prev should be prev (ffff888004
 check list_del splat 'list_del corruption, ffff888004a8b000->next is LIST_POISON1 (dead000000000100)'
 check kmemleak splat 'unreferenced object 0xffff888004a8b000 (size 64):'
 check stack_dump splat 'Call Trace:'
+
+# A splat after a line with a NUL byte, as a crashed guest's console may leave: grep
+# would take the log for binary and print nothing.
+n=$((n + 1))
+{ cat "$tmp/clean.txt"; printf '[   41.000000] \0garbage\n[   42.123456] BUG: KASAN: wild-memory-access in rkf_multi_detach+0x12/0x40\n'; } >"$tmp/nul.txt"
+got=$(kernel_splats "$tmp/nul.txt")
+if [[ $got == '[   42.123456] BUG: KASAN: wild-memory-access in rkf_multi_detach+0x12/0x40' ]]; then
+	echo "ok $n splat_after_nul_byte"
+else
+	echo "# kernel_splats printed: ${got:-nothing}"
+	echo "not ok $n splat_after_nul_byte"
+	failed=$((failed + 1))
+fi
+# A log that is not there is not a clean one: exit 2, which vm.sh fails the run on.
+n=$((n + 1))
+rc=0
+kernel_splats "$tmp/missing.txt" >/dev/null 2>&1 || rc=$?
+if ((rc == 2)); then
+	echo "ok $n missing_log"
+else
+	echo "# kernel_splats on a missing log: exit $rc, not 2"
+	echo "not ok $n missing_log"
+	failed=$((failed + 1))
+fi
 
 if ((n != planned)); then
 	echo "# ran $n checks, planned $planned"
