@@ -369,8 +369,12 @@ BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe, KF_IMPLICIT_ARGS)
 BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON)
 BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
 
-/* bpf_rkf_get_stack_pe()'s id in the module's BTF as loaded: rkf_stack_kfunc_filter_init(). */
+/*
+ * The ids of bpf_rkf_get_stack_pe() and of bpf_rkf_get_stack() (the function programs
+ * call, not its _impl twin) in the module's BTF as loaded: rkf_stack_kfunc_filter_init().
+ */
 static u32 rkf_stack_pe_id __ro_after_init;
+static u32 rkf_stack_id __ro_after_init;
 
 /**
  * rkf_stack_kfunc_filter_init() - find what rkf_stack_kfunc_filter() refuses
@@ -383,33 +387,51 @@ static u32 rkf_stack_pe_id __ro_after_init;
  * that name, vmlinux's and then the modules' (a module's leaves with it); no other is
  * meant to have one, and the kernel exports no way to ask which module a BTF is of.
  *
- * Return: 0, or -ENOENT if the module's BTF has no bpf_rkf_get_stack_pe().
+ * Return: 0, or -ENOENT if the module's BTF has no bpf_rkf_get_stack_pe() or
+ * bpf_rkf_get_stack().
  */
 int rkf_stack_kfunc_filter_init(void)
 {
 	struct btf *btf;
-	s32 id;
+	s32 pe, plain;
 
-	id = bpf_find_btf_id("bpf_rkf_get_stack_pe", BTF_KIND_FUNC, &btf);
-	if (id < 0)
-		return id;
+	pe = bpf_find_btf_id("bpf_rkf_get_stack_pe", BTF_KIND_FUNC, &btf);
+	if (pe < 0)
+		return pe;
 	btf_put(btf);
-	rkf_stack_pe_id = id;
+	plain = bpf_find_btf_id("bpf_rkf_get_stack", BTF_KIND_FUNC, &btf);
+	if (plain < 0)
+		return plain;
+	btf_put(btf);
+	rkf_stack_pe_id = pe;
+	rkf_stack_id = plain;
 	return 0;
 }
 
 /*
- * The tracing hook serves tracepoint, raw_tp, LSM and perf_event programs, and the set is
- * registered for syscall programs too (bpf_prog_type_to_kfunc_hook() in
- * kernel/bpf/btf.c).  bpf_rkf_get_stack_pe() reads a perf_event program's context, which
- * the verifier makes an argument of that type be in such a program only: in any other,
- * a struct of scalars is plain memory, which a program could fill with a pointer of its
- * choosing.  So only perf_event programs may call it, as the kernel gives
- * bpf_get_stack_pe() to them only (pe_prog_func_proto() in kernel/trace/bpf_trace.c).
+ * The tracing hook serves tracing (fentry, fexit, tp_btf), tracepoint, raw_tp, LSM and
+ * perf_event programs, and the set is registered for syscall programs too
+ * (bpf_prog_type_to_kfunc_hook() in kernel/bpf/btf.c).  bpf_rkf_get_stack_pe() reads a
+ * perf_event program's context, which the verifier makes an argument of that type be in
+ * such a program only: in any other, a struct of scalars is plain memory, which a
+ * program could fill with a pointer of its choosing.  So only perf_event programs may
+ * call it, as the kernel gives bpf_get_stack_pe() to them only (pe_prog_func_proto() in
+ * kernel/trace/bpf_trace.c).
+ *
+ * And perf_event programs may not call bpf_rkf_get_stack(), as the kernel gives them
+ * bpf_get_stack_pe() in bpf_get_stack()'s place: its walk would start in the overflow
+ * handler, not at the sampled registers, and get_perf_callchain() at the same context
+ * level would overwrite the per-cpu entry that holds the sample's own callchain
+ * (perf_callchain() in kernel/events/core.c), which bpf_rkf_get_stack_pe() and the
+ * sample's record then read.
  */
 static int rkf_stack_kfunc_filter(const struct bpf_prog *prog, u32 kfunc_id)
 {
-	if (kfunc_id == rkf_stack_pe_id && resolve_prog_type(prog) != BPF_PROG_TYPE_PERF_EVENT)
+	bool perf_event = resolve_prog_type(prog) == BPF_PROG_TYPE_PERF_EVENT;
+
+	if (kfunc_id == rkf_stack_pe_id && !perf_event)
+		return -EACCES;
+	if (kfunc_id == rkf_stack_id && perf_event)
 		return -EACCES;
 	return 0;
 }

@@ -37,14 +37,14 @@ pub(crate) static KPROBE_KFUNCS: KfuncSet =
 ///
 /// # Safety
 ///
-/// Called from the module's init only (the id it finds is `__ro_after_init`), before the
-/// tracing set is registered (the filter reads the id without a lock).
+/// Called from the module's init only (the ids it finds are `__ro_after_init`), before the
+/// tracing set is registered (the filter reads them without a lock).
 pub(crate) unsafe fn kfunc_filter_init() -> Result {
     // SAFETY: the caller runs in the module's init, before the tracing set is registered,
     // as the function's contract requires.
     kernel::error::to_result(unsafe { rkf_h::rkf_stack_kfunc_filter_init() }).inspect_err(|e| {
         pr_err!(
-            "bpf_rkf_get_stack_pe() is not in rkf_stack's BTF: {:?}\n",
+            "bpf_rkf_get_stack_pe() or bpf_rkf_get_stack() is not in rkf_stack's BTF: {:?}\n",
             e
         )
     })
@@ -226,21 +226,30 @@ impl AddressSpace for LockedMm {
 /// its file and unlocks; the build id is then read from the pinned file with no lock
 /// held.  Reading a file may take the filesystem's locks (an inode lock, under which a
 /// direct read pins user pages and so takes the mmap lock), which must not nest inside
-/// the mmap lock.
+/// the mmap lock.  A vma of the file read last (another mapping of the same ELF: text,
+/// rodata) takes the build id read from it instead of reading the file again, and a vma
+/// without a file in between (JIT code, anonymous memory) leaves it pinned for the next,
+/// as 7.3's helper keeps its last resolved file.
 ///
 /// # Invariants
 ///
-/// `file` is NULL or holds a reference taken by `get_file()`, dropped at the next lookup
-/// or with `self`.
+/// `file` is NULL or holds a reference taken by `get_file()`, dropped when a lookup
+/// finds a vma of another file, or with `self`.  `id` is the build id read from `file`
+/// once it has been read, and `None` before that and while `file` is NULL.  `at_file`:
+/// the vma the last successful lookup found is one of `file`'s.
 struct PinningMm {
     file: *mut bindings::file,
+    id: Option<[u8; BUILD_ID_SIZE]>,
+    at_file: bool,
 }
 
 impl PinningMm {
     fn new() -> Self {
-        // INVARIANT: no file yet.
+        // INVARIANT: no file yet, and no vma.
         Self {
             file: ptr::null_mut(),
+            id: None,
+            at_file: false,
         }
     }
 
@@ -248,8 +257,9 @@ impl PinningMm {
         if !self.file.is_null() {
             // SAFETY: by the type invariant, `file` holds a reference of ours.
             unsafe { bindings::fput(self.file) };
-            // INVARIANT: the reference is dropped.
+            // INVARIANT: the reference is dropped, and its id with it.
             self.file = ptr::null_mut();
+            self.id = None;
         }
     }
 }
@@ -262,29 +272,49 @@ impl Drop for PinningMm {
 
 impl AddressSpace for PinningMm {
     fn find_vma(&mut self, ip: u64) -> Option<Vma> {
-        self.unpin();
-        let mm = LockedMm::lock()?;
-        // SAFETY: `mm` is read-locked until it drops at the end of this function, and the
-        // vma is used only before that.
-        let (found, vma) = unsafe { vma_at(mm.mm, ip) }?;
-        if ip < found.start {
-            // vma_lookup(): no vma holds `ip`.
-            return None;
+        let (found, file) = {
+            let mm = LockedMm::lock()?;
+            // SAFETY: `mm` is read-locked until it drops at the end of this block, and the
+            // vma is used only before that.
+            let (found, vma) = unsafe { vma_at(mm.mm, ip) }?;
+            if ip < found.start {
+                // vma_lookup(): no vma holds `ip`.
+                return None;
+            }
+            let file = if found.anonymous {
+                ptr::null_mut()
+            } else {
+                // SAFETY: `vma` is live while the mm is locked.
+                unsafe { (*vma).vm_file }
+            };
+            if !file.is_null() && file != self.file {
+                // SAFETY: `file` is the live vma's file, whose reference the vma holds
+                // while the mm is locked; get_file() takes one of our own, which goes
+                // into `self.file` below.
+                unsafe { bindings::get_file(file) };
+            }
+            (found, file)
+        };
+        // Unlocked: the file put, if it was the last reference, is not released under the
+        // mmap lock.  The same file keeps its reference and its build id, and so does a
+        // vma without a file.
+        if !file.is_null() && file != self.file {
+            self.unpin();
+            // INVARIANT: the reference taken above; no id read from it yet.
+            self.file = file;
         }
-        // SAFETY: `vma` is live while the mm is locked.
-        let file = unsafe { (*vma).vm_file };
-        if !found.anonymous && !file.is_null() {
-            // SAFETY: `file` is the live vma's file, whose reference the vma holds while
-            // the mm is locked; get_file() takes one of our own.
-            // INVARIANT: `file` now holds our reference.
-            self.file = unsafe { bindings::get_file(file) };
-        }
+        // INVARIANT: whether this vma is one of `self.file`'s.
+        self.at_file = !file.is_null();
         Some(Vma { handle: 0, ..found })
     }
 
     fn build_id(&mut self, _vma: &Vma, out: &mut [u8; BUILD_ID_SIZE]) -> bool {
-        if self.file.is_null() {
+        if !self.at_file {
             return false;
+        }
+        if let Some(id) = self.id {
+            *out = id;
+            return true;
         }
         // build_id_parse() reads nothing of its vma but `vm_file` (lib/buildid.c: it hands
         // `vma->vm_file` to __build_id_parse()); the vma itself may be gone once the mm is
@@ -296,7 +326,13 @@ impl AddressSpace for PinningMm {
         // SAFETY: `vma.vm_file` holds our reference (type invariant), `out` has room for
         // BUILD_ID_SIZE_MAX bytes, no lock is held, and the caller is a sleepable program
         // where it may sleep (`may_fault`), as build_id_parse() may fault and read the file.
-        unsafe { bindings::build_id_parse(&mut vma, out.as_mut_ptr(), ptr::null_mut()) == 0 }
+        let read =
+            unsafe { bindings::build_id_parse(&mut vma, out.as_mut_ptr(), ptr::null_mut()) == 0 };
+        if read {
+            // INVARIANT: the build id read from `file`.
+            self.id = Some(*out);
+        }
+        read
     }
 }
 
