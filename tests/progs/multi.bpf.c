@@ -294,10 +294,17 @@ SESSION(6)
 SESSION(7)
 SESSION(8)
 
-/* Not an rkf_multi program: an ordinary fentry program, for the refusal and coexistence tests. */
+/*
+ * Not an rkf_multi program: an ordinary fentry program, for the refusal and coexistence
+ * tests, which count its runs.
+ */
+__u64 plain_runs;
+
 SEC("fentry/bpf_fentry_test1")
 int BPF_PROG(plain_fentry, int a)
 {
+	if (wanted())
+		__sync_fetch_and_add(&plain_runs, 1);
 	return 0;
 }
 

@@ -12,7 +12,7 @@ use std::{
     sync::Mutex,
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// One test.
 pub struct Test {
@@ -76,12 +76,22 @@ pub fn take_libbpf_log() -> String {
     std::mem::take(&mut *LIBBPF_LOG.lock().unwrap())
 }
 
+/// The errno of a failed libbpf call as libbpf-rs reports it: `Error::from_raw_os_error()`
+/// of the call's negative return, which shows as `std::io::Error` shows an OS error
+/// ("Permission denied (os error 13)"); libbpf-rs 0.27 has no accessor for it.
+pub fn libbpf_errno(e: &libbpf_rs::Error) -> Option<i32> {
+    let shown = e.to_string();
+    let (_, n) = shown.rsplit_once("(os error ")?;
+    n.strip_suffix(')')?.parse().ok()
+}
+
 /// Loads only the program `prog` of the skeleton of builder `B` (the object `what`), which
-/// the verifier must refuse, and returns the verifier's log.
+/// the verifier must refuse with `errno`, and returns the verifier's log.
 pub fn load_refused<'obj, B>(
     obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     what: &str,
     prog: &str,
+    errno: i32,
 ) -> Result<String>
 where
     B: libbpf_rs::skel::SkelBuilder<'obj> + Default,
@@ -97,11 +107,11 @@ where
     }
     crate::check!(found, "{what} has a program {prog}");
     take_libbpf_log();
-    let loaded = open.load().is_ok();
-    crate::check!(
-        !loaded,
-        "{prog} of {what} loaded, but the verifier must refuse it"
-    );
+    let got = match open.load() {
+        Ok(_) => anyhow::bail!("{prog} of {what} loaded, but the verifier must refuse it"),
+        Err(e) => libbpf_errno(&e).with_context(|| format!("{prog} of {what}: no errno in {e}"))?,
+    };
+    crate::check_eq!(got, errno, "{prog} of {what}: the load's errno");
     Ok(take_libbpf_log())
 }
 
@@ -311,5 +321,17 @@ mod tests {
         assert!(e.starts_with("-x: ") && e.contains("nope"), "{e}");
         let e = names(Some("stack_"), Some("stack_")).unwrap_err();
         assert!(e.contains("leave no test"), "{e}");
+    }
+
+    /// The errno of an error as libbpf-rs makes one from a libbpf call's return, and none
+    /// of one it made otherwise.
+    #[test]
+    fn libbpf_errno_of_an_os_error() {
+        for errno in [libc::EACCES, libc::EINVAL, libc::E2BIG, libc::EPERM] {
+            let e = libbpf_rs::Error::from_raw_os_error(errno);
+            assert_eq!(libbpf_errno(&e), Some(errno), "{e}");
+        }
+        let e = libbpf_rs::Error::from(std::io::Error::other("no such program"));
+        assert_eq!(libbpf_errno(&e), None, "{e}");
     }
 }

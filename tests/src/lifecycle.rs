@@ -374,10 +374,21 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
                 .collect();
             std::thread::sleep(Duration::from_millis(1000));
             stop.store(true, Ordering::Relaxed);
+            let mut runs = 0;
             for t in t {
                 let n = t.join().expect("traffic thread panicked")?;
-                diag!("fexit traffic: {n} runs of 9 functions");
+                diag!("fexit traffic: {n} runs of {} functions", funcs.len());
+                check!(n > 0, "a traffic thread ran nothing");
+                runs += n;
             }
+            // Only these runs call bpf_fentry_testN: the fexit program ran on each of
+            // them, on every function.
+            let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+            check_eq!(
+                bss.counts[crate::multi::NR_COUNTERS + 2][..funcs.len()],
+                vec![runs; funcs.len()][..],
+                "the fexit traffic's program runs on each function"
+            );
             Ok(())
         })?;
         drop(blocked);

@@ -162,6 +162,10 @@ pub const TESTS: &[Test] = &[
 /// An argument: its width in bits by its C type, and its value.
 type Arg = (u32, u64);
 
+/// The counters of tests/progs/multi.bpf.c: `counts[k]` fentry, `counts[NR_COUNTERS + k]`
+/// fexit.
+pub(crate) const NR_COUNTERS: usize = 4;
+
 /// (arguments, return value) of bpf_fentry_testN(), as bpf_prog_test_run_tracing() calls
 /// them: each argument as (its width in bits by its C type, its value).  Pointers to its
 /// locals are `None`.
@@ -282,6 +286,7 @@ fn reset(skel: &mut MultiSkel<'_>) -> Result<()> {
     }
     bss.unknown_ip = 0;
     bss.stack_len = 0;
+    bss.plain_runs = 0;
     Ok(())
 }
 
@@ -644,6 +649,38 @@ fn notrace_function(funcs: &[Func]) -> Result<Func> {
     bail!("no notrace function found in BTF")
 }
 
+/// A traceable vmlinux function of at most six parameters that rkf_multi refuses for its
+/// shape alone: an argument or return value that is not passed in a register (a struct or
+/// union by value, a float, varargs), and not denied.
+fn not_in_registers_function(funcs: &[Func]) -> Result<Func> {
+    let ftrace = multi::ftrace_functions()?;
+    let k = Kallsyms::load()?;
+    let btf = KernelBtf::vmlinux()?;
+    let known: HashSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    let max = rkf_core::multi::TMPL6_ARGS;
+    for f in btf.funcs()? {
+        if f.nr_params > 6
+            || known.contains(f.name.as_str())
+            || !ftrace.contains_key(&f.name)
+            || rkf_core::multi::denied(f.name.as_bytes())
+            || rkf_core::multi::check_shape(max, f.nr_params, f.varargs, &f.kind, &f.size)
+                != Err(Reason::NotInRegisters)
+        {
+            continue;
+        }
+        if let Ok(addr) = k.lookup(&f.name, None) {
+            return Ok(Func {
+                name: f.name,
+                module: None,
+                btf_id: f.btf_id,
+                addr,
+                nr_args: f.nr_params,
+            });
+        }
+    }
+    bail!("no traceable function with an argument not in registers found in BTF")
+}
+
 /// `rkf_multi_anchor()`, the function nothing calls that keeps rkf_multi's ftrace_ops
 /// registered between links, is hooked to the shared trampoline while rkf_multi has had a
 /// link, and denied to links: a glob over rkf_multi's functions leaves it out as denied,
@@ -726,6 +763,11 @@ fn refusals() -> Result<()> {
     not_func.name = "btf id 1".into();
     let notrace = notrace_function(&funcs)?;
     diag!("notrace function for the test: {}", notrace.name);
+    let unshaped = not_in_registers_function(&funcs)?;
+    diag!(
+        "function with an argument not in registers: {}",
+        unshaped.name
+    );
     // (what, the functions, errno, the function refused and why)
     type Case<'a> = (&'a str, Vec<Func>, i32, Option<(usize, Reason)>);
     let cases: Vec<Case<'_>> = vec![
@@ -753,6 +795,12 @@ fn refusals() -> Result<()> {
             libc::ENOENT,
             Some((3, Reason::NotTraceable)),
         ),
+        (
+            "an argument or return value not in registers",
+            with(1, unshaped),
+            libc::EINVAL,
+            Some((1, Reason::NotInRegisters)),
+        ),
         ("none", Vec::new(), libc::EINVAL, None),
         (
             "too many",
@@ -771,6 +819,35 @@ fn refusals() -> Result<()> {
             }
         }
         nothing_attached(&mut skel, &funcs, what)?;
+    }
+    // A program fd that is not open: EBADF, before any function is looked at.
+    {
+        const CLOSED: i32 = 9999;
+        // SAFETY: F_GETFD only asks about the fd.
+        let open = unsafe { libc::fcntl(CLOSED, libc::F_GETFD) } >= 0;
+        check!(!open, "fd {CLOSED} is open in the runner");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(multi::DEVICE)?;
+        let ids: Vec<u32> = good.iter().map(|f| f.btf_id).collect();
+        let addrs: Vec<u64> = good.iter().map(|f| f.addr).collect();
+        let mut req = AttachRequest {
+            prog_fd: CLOSED as u32,
+            cnt: good.len() as u32,
+            btf_ids: ids.as_ptr() as u64,
+            addrs: addrs.as_ptr() as u64,
+            ..Default::default()
+        };
+        let errno = multi::attach_request(&file, &mut req)
+            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+        check_eq!(errno, libc::EBADF, "a program fd that is not open");
+        check_eq!(
+            (req.bad_index, req.reason),
+            (u32::MAX, 0),
+            "a program fd that is not open: no function refused"
+        );
+        nothing_attached(&mut skel, &funcs, "a program fd that is not open")?;
     }
     // Upstream's fail case: a count of INT_MAX is E2BIG before anything is read (the
     // arrays hold five entries).
@@ -814,6 +891,26 @@ fn refusals() -> Result<()> {
             1,
             "links after the same request from writable memory"
         );
+        // A second attach through a file that holds a link: EBUSY, and the link stays,
+        // alone.
+        let mut second = req;
+        let errno = multi::attach_request(&file, &mut second)
+            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+        check_eq!(errno, libc::EBUSY, "a second attach through one file");
+        check_eq!(
+            multi::links()?.len(),
+            1,
+            "links after a second attach through one file"
+        );
+        let bss = run_once(&mut skel)?;
+        for (i, f) in funcs.iter().enumerate() {
+            check_eq!(
+                bss.counts[0][i],
+                u64::from(i < 5),
+                "after a second attach through one file: {}",
+                f.name
+            );
+        }
     }
     // Programs that are not rkf_multi programs.
     for (what, fd) in [
@@ -829,8 +926,17 @@ fn refusals() -> Result<()> {
         diag!("{what}: {e}");
         check_eq!(e.errno, libc::EINVAL, "{what}: errno");
     }
-    // And then the good set works, exactly.
+    // And then the good set works, exactly, and ftrace lists it hooked (the check every
+    // "nothing attached" above relies on).
     let _l = attach(&skel.progs.count_fentry0, good, None)?;
+    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    for f in good {
+        check!(
+            listed(&enabled, f),
+            "{} is not in enabled_functions while attached",
+            f.name
+        );
+    }
     let bss = run_once(&mut skel)?;
     for (i, f) in funcs.iter().enumerate() {
         check_eq!(
@@ -965,6 +1071,11 @@ fn coexistence() -> Result<()> {
             [0, 1, 1],
             "counts beside the in-kernel trampoline"
         );
+        check_eq!(
+            bss.plain_runs,
+            1,
+            "runs of the in-kernel fentry beside rkf_multi's links"
+        );
         let glob: Vec<u64> = (0..funcs.len()).map(|i| u64::from(i > 0)).collect();
         check_eq!(
             bss.counts[1][..funcs.len()],
@@ -998,6 +1109,7 @@ fn coexistence() -> Result<()> {
         [1, 1, 1],
         "rkf_multi counts after the refused in-kernel attach"
     );
+    check_eq!(bss.plain_runs, 0, "runs of the refused in-kernel fentry");
     Ok(())
 }
 
@@ -1110,7 +1222,7 @@ fn shared_storm() -> Result<()> {
     let mut misses = 0;
     for (what, link, counts) in [
         ("fentry", &_fentry, &bss.counts[0]),
-        ("fexit", &_fexit, &bss.counts[4 + 3]),
+        ("fexit", &_fexit, &bss.counts[NR_COUNTERS + 3]),
     ] {
         let info = link.info()?;
         check_eq!(info.funcs.len(), permanent.len(), "{what} link's functions");
@@ -1303,12 +1415,24 @@ const TESTMOD_CALLS: [(u64, &[Masked], Masked); 4] = [
     ),
 ];
 
-/// rkf_testmod's four test targets, by name, and a loaded program that calls each once
-/// with known arguments through bpf_rkf_testmod_multi_run().
+/// rkf_testmod's four test targets of at most six arguments (the glob leaves out the
+/// wider ones, which the default template cannot take), in [`TESTMOD_CALLS`]' order: the
+/// call fails otherwise.
 fn testmod_targets() -> Result<Vec<Func>> {
     modules::require("rkf_testmod")?;
     let mut funcs = multi::resolve(&["rkf_testmod:rkf_testmod_multi_test*"])?.funcs;
     funcs.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
+    check_eq!(
+        names,
+        [
+            "rkf_testmod_multi_test1",
+            "rkf_testmod_multi_test2",
+            "rkf_testmod_multi_test3",
+            "rkf_testmod_multi_test6"
+        ],
+        "rkf_testmod's test targets"
+    );
     Ok(funcs)
 }
 
@@ -1366,17 +1490,6 @@ pub(crate) fn testmod_smoke() -> Result<()> {
 
 fn module_targets() -> Result<()> {
     let funcs = testmod_targets()?;
-    let names: Vec<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
-    check_eq!(
-        names,
-        [
-            "rkf_testmod_multi_test1",
-            "rkf_testmod_multi_test2",
-            "rkf_testmod_multi_test3",
-            "rkf_testmod_multi_test6"
-        ],
-        "rkf_testmod's test targets"
-    );
     check!(
         funcs
             .iter()
@@ -1677,7 +1790,13 @@ fn resolve_patterns() -> Result<()> {
         v
     };
     let glob = names(&multi::resolve(&["bpf_fentry_test*"])?);
-    check!(glob.len() >= 9, "bpf_fentry_test* resolved to {glob:?}");
+    for i in 1..=9 {
+        let name = format!("bpf_fentry_test{i}");
+        check!(
+            glob.contains(&name),
+            "bpf_fentry_test* resolved to {glob:?}, without {name}"
+        );
+    }
     for pats in [
         &["bpf_fentry_test*", "bpf_fentry_test1"][..],
         &["bpf_fentry_test1", "bpf_fentry_test*"],
@@ -1917,6 +2036,15 @@ fn check_fuzz_outcome(
         req.bad_index,
         req.reason
     );
+    if refused {
+        // A function refused: the errno is its reason's.
+        check_eq!(
+            Reason::from_raw(req.reason).map(Reason::errno),
+            Some(code),
+            "attach of {cnt} functions refused for reason {}: errno",
+            req.reason
+        );
+    }
     Ok(())
 }
 
@@ -2074,6 +2202,7 @@ fn ioctl_fuzz() -> Result<()> {
                             check_fuzz_outcome(cmd, code, junk_fields, bad_ptr, cnt, &req)?;
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
+                            let attached = cmd == abi::IOC_ATTACH && code == 0;
                             if rng.u64(..4) == 0 {
                                 let valid = info_buf.as_mut_ptr() as u64;
                                 let mut info = abi::LinkInfo {
@@ -2087,7 +2216,8 @@ fn ioctl_fuzz() -> Result<()> {
                                     funcs: ptr(valid, &mut rng),
                                     ..Default::default()
                                 };
-                                let (buf_cnt, bad) = (info.buf_cnt, info.funcs != valid);
+                                let (id, buf_cnt, bad) =
+                                    (info.id, info.buf_cnt, info.funcs != valid);
                                 // SAFETY: `funcs` is `info_buf`, with room for the
                                 // `buf_cnt` entries the kernel may write, or an address no
                                 // mapping can hold (0, 0x1000, the top of the address
@@ -2095,20 +2225,40 @@ fn ioctl_fuzz() -> Result<()> {
                                 let r = unsafe { multi::ioctl::info(file.as_raw_fd(), &mut info) };
                                 // Every link has a function: the kernel writes at least
                                 // one entry when there is room for one.
-                                let want: &[nix::errno::Errno] = match (buf_cnt > 0, bad) {
-                                    (true, true) => {
-                                        &[nix::errno::Errno::ENOENT, nix::errno::Errno::EFAULT]
-                                    }
-                                    _ => &[nix::errno::Errno::ENOENT],
-                                };
-                                check!(
-                                    r.as_ref().map_or_else(
-                                        |e| want.contains(e),
-                                        |_| !(buf_cnt > 0 && bad)
-                                    ),
-                                    "RKF_MULTI_IOC_INFO with room for {buf_cnt} at {:#x}: {r:?}",
+                                let faults = buf_cnt > 0 && bad;
+                                let what = format!(
+                                    "RKF_MULTI_IOC_INFO of id {id} (this file attached: \
+                                     {attached}) with room for {buf_cnt} at {:#x}",
                                     info.funcs
                                 );
+                                if id == 0 {
+                                    // This file's own link: there exactly when this
+                                    // request attached (a new file each time).
+                                    let want = match (attached, faults) {
+                                        (false, _) => Err(nix::errno::Errno::ENOENT),
+                                        (true, true) => Err(nix::errno::Errno::EFAULT),
+                                        (true, false) => Ok(()),
+                                    };
+                                    check_eq!(
+                                        r.as_ref().map(|_| ()).map_err(|e| *e),
+                                        want,
+                                        "{what}"
+                                    );
+                                    if r.is_ok() {
+                                        check_eq!(info.cnt, cnt, "{what}: the link's functions");
+                                    }
+                                } else {
+                                    // Any link of either thread may have that id.
+                                    let want: &[nix::errno::Errno] = if faults {
+                                        &[nix::errno::Errno::ENOENT, nix::errno::Errno::EFAULT]
+                                    } else {
+                                        &[nix::errno::Errno::ENOENT]
+                                    };
+                                    check!(
+                                        r.as_ref().map_or_else(|e| want.contains(e), |_| !faults),
+                                        "{what}: {r:?}"
+                                    );
+                                }
                             }
                             // Keep some links open for a while; close others' links too.
                             let mut p = pool.lock().unwrap();

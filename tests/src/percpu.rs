@@ -455,11 +455,13 @@ fn differential() -> Result<()> {
     Ok(())
 }
 
-/// Loads only `prog` of percpu_fail.bpf.c and returns the verifier's complaint.
+/// Loads only `prog` of percpu_fail.bpf.c and returns the verifier's complaint.  Every
+/// refusal there is the verifier's `EACCES`: a bad memory access, a write into read-only
+/// memory, a kfunc the program type may not call (kernel/bpf/verifier.c).
 fn load_failing(prog: &str) -> Result<String> {
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
-    load_refused::<PercpuFailSkelBuilder>(&mut obj, "percpu_fail.bpf.c", prog)
+    load_refused::<PercpuFailSkelBuilder>(&mut obj, "percpu_fail.bpf.c", prog, libc::EACCES)
 }
 
 fn expect_rejected(prog: &str, msg: &str) -> Result<()> {

@@ -149,7 +149,7 @@ pub(crate) fn find_func(btf: &KernelBtf, name: &str) -> Result<u32> {
 
 /// `bpf_rkf_get_stack(buf, 64, 0)` on a zeroed stack buffer: the kfunc of module BTF
 /// `fd_array[1]` with BTF id `id`.
-fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
+pub(crate) fn get_stack_prog(id: u32) -> Vec<sys::bpf_insn> {
     let mut p = zero_stack(8);
     p.extend(stack_kfunc_call(1, id));
     p.extend(ret0());

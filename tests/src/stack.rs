@@ -398,6 +398,15 @@ fn kernel_differential() -> Result<()> {
                 s.kf_ret,
                 sym(&k, words(&s.kf)[0])
             );
+            // Every program runs in the kernel: a stack of at least one frame, or past
+            // a skip perhaps none (0, or -EFAULT when the skip passes its end); the
+            // two must not agree on anything else.
+            let want = if skip == 0 {
+                Want::Frames
+            } else {
+                Want::Skipped
+            };
+            want.check(s.h_ret, &format!("{:?} skip {skip}: the helper", s.kind))?;
             compare(&s, u64::from(skip), BUF as usize, &k)?;
         }
     }
@@ -726,18 +735,47 @@ fn perf_event_sample(
     })
 }
 
+/// What the helper returns for a row of a differential test, which the kfunc must then
+/// return too: rows where both fail alike, or both find no stack, pass only where the
+/// row says so.
+#[derive(Clone, Copy, Debug)]
+enum Want {
+    /// A stack of at least one frame.
+    Frames,
+    /// A stack, perhaps empty (0 bytes), or -EFAULT where the skip passes its end
+    /// (bpf_get_stack() in kernel/bpf/stackmap.c).
+    Skipped,
+    /// This error.
+    Error(i64),
+}
+
+impl Want {
+    fn check(self, ret: i64, what: &str) -> Result<()> {
+        let ok = match self {
+            Self::Frames => ret > 0,
+            Self::Skipped => ret >= 0 || ret == -i64::from(libc::EFAULT),
+            Self::Error(e) => ret == e,
+        };
+        check!(ok, "{what} returned {ret}, not {self:?}");
+        Ok(())
+    }
+}
+
 fn perf_event_differential() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, k) = load(&mut obj)?;
     for (sample_type, what) in [(0, "regs"), (PERF_SAMPLE_CALLCHAIN, "sampled callchain")] {
-        for (flags, size) in [
-            (0u64, BUF),
-            (1, BUF),
-            (F_USER_STACK, BUF),
-            (F_USER_STACK | 1, BUF),
-            (F_USER_STACK | F_USER_BUILD_ID, 8 * 32),
-            (1 << 9, BUF),
-            (0, 12),
+        // (flags, size, what the helper returns).  The sample may interrupt this thread
+        // in user space, where it has no kernel stack (0 bytes), but always a user one.
+        let einval = Want::Error(-i64::from(libc::EINVAL));
+        for (flags, size, want) in [
+            (0u64, BUF, Want::Skipped),
+            (1, BUF, Want::Skipped),
+            (F_USER_STACK, BUF, Want::Frames),
+            (F_USER_STACK | 1, BUF, Want::Skipped),
+            (F_USER_STACK | F_USER_BUILD_ID, 8 * 32, Want::Frames),
+            (1 << 9, BUF, einval),
+            (0, 12, einval),
         ] {
             let s = perf_event_sample(&mut skel, sample_type, flags, size)?;
             diag!(
@@ -745,6 +783,10 @@ fn perf_event_differential() -> Result<()> {
                 s.kf_ret,
                 s.h_ret
             );
+            want.check(
+                s.h_ret,
+                &format!("perf_event ({what}), flags {flags:#x}, size {size}: the helper"),
+            )?;
             compare(&s, flags, size as usize, &k)
                 .with_context(|| format!("perf_event ({what}), flags {flags:#x}, size {size}"))?;
         }
@@ -882,9 +924,14 @@ fn perf_event_precise() -> Result<()> {
 /// same instructions that load as a perf_event program, nor with a zeroed `struct
 /// bpf_perf_event_data` of their own, which outside a perf_event program the verifier
 /// takes as plain memory (a struct of scalars) and the kfunc would read a `struct
-/// perf_event` pointer from.
+/// perf_event` pointer from.  And the reverse: a perf_event program cannot call
+/// bpf_rkf_get_stack() (a `void *ctx` program would), whose walk would start in the
+/// overflow handler instead of at the sampled registers and would overwrite the
+/// sample's own callchain (EACCES, the same filter), while a raw_tp program can.
 fn pe_only_in_perf_event_programs() -> Result<()> {
-    use crate::privilege::{find_func, insn, ret0, stack_kfunc_call, zero_stack, Prog};
+    use crate::privilege::{
+        find_func, get_stack_prog, insn, ret0, stack_kfunc_call, zero_stack, Prog,
+    };
     use libbpf_rs::libbpf_sys as sys;
     use rkf::{btf, btf::KernelBtf};
 
@@ -893,6 +940,7 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
     let stack_btf = KernelBtf::module(&vmlinux, "rkf_stack")?;
     let stack_fd = btf::object_fd("rkf_stack")?;
     let pe = find_func(&stack_btf, "bpf_rkf_get_stack_pe")?;
+    let plain = find_func(&stack_btf, "bpf_rkf_get_stack")?;
     let fentry_test1 = find_func(&vmlinux, "bpf_fentry_test1")?;
     // bpf_rkf_get_stack_pe(ctx, buf, 64, 0) on a zeroed stack buffer.
     let mut insns = zero_stack(8);
@@ -923,7 +971,8 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
             insns,
         )
     };
-    for (p, want) in [
+    let plain_insns = get_stack_prog(plain);
+    let pe_rows = [
         (
             prog("perf_event", sys::BPF_PROG_TYPE_PERF_EVENT, 0, None, &insns),
             0,
@@ -952,14 +1001,45 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
             ),
             libc::EACCES,
         ),
-    ] {
+    ];
+    let plain_rows = [
+        (
+            prog(
+                "perf_event",
+                sys::BPF_PROG_TYPE_PERF_EVENT,
+                0,
+                None,
+                &plain_insns,
+            ),
+            libc::EACCES,
+        ),
+        (
+            prog(
+                "raw_tp",
+                sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+                0,
+                None,
+                &plain_insns,
+            ),
+            0,
+        ),
+    ];
+    let rows = pe_rows
+        .into_iter()
+        .map(|(p, want)| (p, "bpf_rkf_get_stack_pe", want))
+        .chain(
+            plain_rows
+                .into_iter()
+                .map(|(p, want)| (p, "bpf_rkf_get_stack", want)),
+        );
+    for (p, kfunc, want) in rows {
         let (errno, log) = p.load();
         // The filter's refusal, not one of the argument checks after it, which also give
         // EACCES to some of these programs.
-        const REFUSED: &str = "calling kernel function bpf_rkf_get_stack_pe is not allowed";
-        let filtered = log.contains(REFUSED);
+        let refused = format!("calling kernel function {kfunc} is not allowed");
+        let filtered = log.contains(&refused);
         if errno != want || filtered != (want != 0) {
-            diag!("verifier log of the {} program:", p.what);
+            diag!("verifier log of the {} program calling {kfunc}():", p.what);
             for l in log.lines() {
                 diag!("  {l}");
             }
@@ -967,13 +1047,13 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
         check_eq!(
             std::io::Error::from_raw_os_error(errno).to_string(),
             std::io::Error::from_raw_os_error(want).to_string(),
-            "a {} program calling bpf_rkf_get_stack_pe()",
+            "a {} program calling {kfunc}()",
             p.what
         );
         check_eq!(
             filtered,
             want != 0,
-            "the {} program's log says \"{REFUSED}\"",
+            "the {} program's log says \"{refused}\"",
             p.what
         );
     }
@@ -1029,7 +1109,17 @@ fn no_stack_lost() -> Result<()> {
         want.len(),
         "distinct stacks delivered by the kfunc"
     );
-    check!(bss.stackid_lost > 0, "the small stack map lost stacks");
+    check_eq!(
+        bss.stackid_ok + bss.stackid_lost,
+        n as u64,
+        "bpf_get_stackid() calls, stored or lost"
+    );
+    check!(
+        bss.stackid_ok > 0 && bss.stackid_lost > 0,
+        "the small stack map stored some stacks and lost others: {} stored, {} lost",
+        bss.stackid_ok,
+        bss.stackid_lost
+    );
     Ok(())
 }
 
@@ -1143,7 +1233,8 @@ const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 /// helper's name changed to rkf_get_stack(), is refused at load as upstream's
 /// prog_tests/get_stack_raw_tp.c expects, for the reason the helper's original is: the
 /// verifier cannot prove the return value non-negative, and reaches the endless loop
-/// (tests/progs/upstream_get_stack_rawtp_err.bpf.c holds both).
+/// (tests/progs/upstream_get_stack_rawtp_err.bpf.c holds both): `EINVAL`, as
+/// is_state_visited() in kernel/bpf/states.c returns for it.
 fn upstream_get_stack_rawtp_err() -> Result<()> {
     use crate::{
         harness::load_refused,
@@ -1158,6 +1249,7 @@ fn upstream_get_stack_rawtp_err() -> Result<()> {
             &mut obj,
             "upstream_get_stack_rawtp_err.bpf.c",
             prog,
+            libc::EINVAL,
         )?;
         let line = log.lines().find(|l| l.contains(WHY));
         let last = log.lines().rev().find(|l| !l.trim().is_empty());

@@ -333,6 +333,16 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
         multi::links()?.iter().all(|l| !ids.contains(&l.id)),
         "the detached links are still listed"
     );
+    // Without the fexit no function is hooked any more; with it, its link hooks each.
+    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    for f in &funcs {
+        check_eq!(
+            crate::multi::listed(&enabled, f),
+            fexit,
+            "{} in ftrace's enabled_functions after the detaches",
+            f.name
+        );
+    }
     // Time for the grace periods of links that no call had slept beside: the ones
     // detached must still be there when the call wakes (the test kernel's KASAN watches).
     std::thread::sleep(Duration::from_secs(3));

@@ -306,7 +306,7 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
             (
                 bss.counts[1][0],
                 bss.counts[1][WATCH_SLOT],
-                bss.counts[4][1]
+                bss.counts[super::NR_COUNTERS][1]
             ),
             (RUNS as u64, 0, RUNS as u64),
             "this thread's runs of the program on ({}, {name}) and of the fexit program on {}",

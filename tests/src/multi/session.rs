@@ -16,13 +16,9 @@ use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
     attach, check_tramps, reset, run_once, run_testmod_targets, setup, testmod_targets, Tramp,
-    CALLS, TESTMOD_CALLS,
+    CALLS, NR_COUNTERS, TESTMOD_CALLS,
 };
 use crate::{check, check_eq, diag, skel::multi::types::srec};
-
-/// The counters of tests/progs/multi.bpf.c: `counts[k]` fentry, `counts[NR_COUNTERS + k]`
-/// fexit.
-const NR_COUNTERS: usize = 4;
 
 /// What `multi_session` (tests/progs/multi.bpf.c) writes into the cookie on entry.
 const SESSION_COOKIE: u64 = 0xbeaf_beaf_beaf_beaf;

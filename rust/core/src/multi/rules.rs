@@ -53,7 +53,8 @@ pub enum Reason {
     /// More arguments than the program's template takes: six (`rkf_multi_tmpl6()`) or
     /// twelve (`rkf_multi_tmpl12()`) (`EINVAL`).
     TooManyArgs = 3,
-    /// A struct, union or floating-point argument or return value (`EINVAL`).
+    /// A struct, union or floating-point argument or return value, or variable arguments
+    /// (`EINVAL`).
     NotInRegisters = 4,
     /// Not in ftrace's `available_filter_functions`: notrace, inlined, or init text
     /// (`ENOENT`).

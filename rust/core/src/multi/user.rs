@@ -47,7 +47,9 @@ impl Reason {
             Self::TooManyArgs => {
                 "more arguments than the program reads (6 through rkf_multi_tmpl6, RKF_MULTI_FENTRY and the like; 12 through rkf_multi_tmpl12, RKF_MULTI_FENTRY12)"
             }
-            Self::NotInRegisters => "a struct, union or floating-point argument or return value",
+            Self::NotInRegisters => {
+                "a struct, union or floating-point argument or return value, or variable arguments"
+            }
             Self::NotTraceable => {
                 "not traceable (not in available_filter_functions: notrace, inlined or init)"
             }
