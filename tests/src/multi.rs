@@ -620,51 +620,44 @@ fn generated_trampolines() -> Result<()> {
 
 /// A function that BTF and kallsyms know, that ftrace cannot hook (notrace).
 fn notrace_function(funcs: &[Func]) -> Result<Func> {
-    let ftrace = multi::ftrace_functions()?;
-    let k = Kallsyms::load()?;
-    let btf = KernelBtf::vmlinux()?;
-    let known: HashSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
-    for f in btf.funcs()? {
-        if f.nr_params == 0
-            || f.nr_params > 6
-            || known.contains(f.name.as_str())
-            || ftrace.contains_key(&f.name)
-        {
-            continue;
-        }
-        let max = rkf_core::multi::TMPL6_ARGS;
-        if rkf_core::multi::check_shape(max, f.nr_params, f.varargs, &f.kind, &f.size).is_err() {
-            continue;
-        }
-        if let Ok(addr) = k.lookup(&f.name, None) {
-            return Ok(Func {
-                name: f.name,
-                module: None,
-                btf_id: f.btf_id,
-                addr,
-                nr_args: f.nr_params,
-            });
-        }
-    }
-    bail!("no notrace function found in BTF")
+    vmlinux_function(funcs, "notrace", |f, traceable| {
+        f.nr_params > 0
+            && !traceable
+            && rkf_core::multi::check_shape(TMPL6, f.nr_params, f.varargs, &f.kind, &f.size).is_ok()
+    })
 }
 
 /// A traceable vmlinux function of at most six parameters that rkf_multi refuses for its
 /// shape alone: an argument or return value that is not passed in a register (a struct or
 /// union by value, a float, varargs), and not denied.
 fn not_in_registers_function(funcs: &[Func]) -> Result<Func> {
+    vmlinux_function(funcs, "argument not in registers", |f, traceable| {
+        traceable
+            && !rkf_core::multi::denied(f.name.as_bytes())
+            && rkf_core::multi::check_shape(TMPL6, f.nr_params, f.varargs, &f.kind, &f.size)
+                == Err(Reason::NotInRegisters)
+    })
+}
+
+/// The template of six arguments.
+const TMPL6: u32 = rkf_core::multi::TMPL6_ARGS;
+
+/// The first vmlinux function in BTF order, of at most six parameters, not one of
+/// `funcs`, that kallsyms knows by its name alone and that `wanted` takes (given whether
+/// ftrace can hook it); `what` names the kind for the error.
+fn vmlinux_function(
+    funcs: &[Func],
+    what: &str,
+    wanted: impl Fn(&rkf::btf::FuncShape, bool) -> bool,
+) -> Result<Func> {
     let ftrace = multi::ftrace_functions()?;
     let k = Kallsyms::load()?;
     let btf = KernelBtf::vmlinux()?;
     let known: HashSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
-    let max = rkf_core::multi::TMPL6_ARGS;
     for f in btf.funcs()? {
         if f.nr_params > 6
             || known.contains(f.name.as_str())
-            || !ftrace.contains_key(&f.name)
-            || rkf_core::multi::denied(f.name.as_bytes())
-            || rkf_core::multi::check_shape(max, f.nr_params, f.varargs, &f.kind, &f.size)
-                != Err(Reason::NotInRegisters)
+            || !wanted(&f, ftrace.contains_key(&f.name))
         {
             continue;
         }
@@ -678,7 +671,7 @@ fn not_in_registers_function(funcs: &[Func]) -> Result<Func> {
             });
         }
     }
-    bail!("no traceable function with an argument not in registers found in BTF")
+    bail!("no {what} function found in vmlinux's BTF")
 }
 
 /// `rkf_multi_anchor()`, the function nothing calls that keeps rkf_multi's ftrace_ops
@@ -820,27 +813,33 @@ fn refusals() -> Result<()> {
         }
         nothing_attached(&mut skel, &funcs, what)?;
     }
+    // Raw requests for the good set, each through a file of its own.
+    let ids: Vec<u32> = good.iter().map(|f| f.btf_id).collect();
+    let addrs: Vec<u64> = good.iter().map(|f| f.addr).collect();
+    let request = |prog_fd: u32, cnt: u32| AttachRequest {
+        prog_fd,
+        cnt,
+        btf_ids: ids.as_ptr() as u64,
+        addrs: addrs.as_ptr() as u64,
+        ..Default::default()
+    };
+    let device = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(multi::DEVICE)
+    };
+    let errno_of = |file: &std::fs::File, req: &mut AttachRequest| {
+        multi::attach_request(file, req).map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0)
+    };
     // A program fd that is not open: EBADF, before any function is looked at.
     {
         const CLOSED: i32 = 9999;
         // SAFETY: F_GETFD only asks about the fd.
         let open = unsafe { libc::fcntl(CLOSED, libc::F_GETFD) } >= 0;
         check!(!open, "fd {CLOSED} is open in the runner");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(multi::DEVICE)?;
-        let ids: Vec<u32> = good.iter().map(|f| f.btf_id).collect();
-        let addrs: Vec<u64> = good.iter().map(|f| f.addr).collect();
-        let mut req = AttachRequest {
-            prog_fd: CLOSED as u32,
-            cnt: good.len() as u32,
-            btf_ids: ids.as_ptr() as u64,
-            addrs: addrs.as_ptr() as u64,
-            ..Default::default()
-        };
-        let errno = multi::attach_request(&file, &mut req)
-            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+        let mut req = request(CLOSED as u32, good.len() as u32);
+        let errno = errno_of(&device()?, &mut req);
         check_eq!(errno, libc::EBADF, "a program fd that is not open");
         check_eq!(
             (req.bad_index, req.reason),
@@ -853,21 +852,10 @@ fn refusals() -> Result<()> {
     // arrays hold five entries).
     {
         use std::os::fd::AsRawFd;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(multi::DEVICE)?;
-        let ids: Vec<u32> = good.iter().map(|f| f.btf_id).collect();
-        let addrs: Vec<u64> = good.iter().map(|f| f.addr).collect();
-        let mut req = AttachRequest {
-            prog_fd: skel.progs.count_fentry0.as_fd().as_raw_fd() as u32,
-            cnt: i32::MAX as u32,
-            btf_ids: ids.as_ptr() as u64,
-            addrs: addrs.as_ptr() as u64,
-            ..Default::default()
-        };
-        let errno = multi::attach_request(&file, &mut req)
-            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+        let file = device()?;
+        let prog_fd = skel.progs.count_fentry0.as_fd().as_raw_fd() as u32;
+        let mut req = request(prog_fd, i32::MAX as u32);
+        let errno = errno_of(&file, &mut req);
         check_eq!(errno, libc::E2BIG, "a count of INT_MAX");
         // A good request the kernel cannot write back (bad_index, reason) to: EFAULT, and
         // no link, although every function was fine.
@@ -893,9 +881,7 @@ fn refusals() -> Result<()> {
         );
         // A second attach through a file that holds a link: EBUSY, and the link stays,
         // alone.
-        let mut second = req;
-        let errno = multi::attach_request(&file, &mut second)
-            .map_or_else(|e| e.raw_os_error().unwrap_or(-1), |()| 0);
+        let errno = errno_of(&file, &mut req);
         check_eq!(errno, libc::EBUSY, "a second attach through one file");
         check_eq!(
             multi::links()?.len(),
