@@ -45,13 +45,14 @@ with_progress() {
 # RCU CPU stall warning ("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
 # "self-detected stall on CPU", "detected stall, but suppressed": kernel/rcu/
 # tree_stall.h; "detected expedited stalls on CPUs/tasks": kernel/rcu/tree_exp.h; not
-# every form has a "Call Trace:"), a hung task ("INFO: task ... blocked for more than N seconds.", "blocked in
-# I/O wait for more than", "is blocked on a mutex": kernel/hung_task.c), refcount, UBSAN
-# and list corruption reports, a leak kmemleak found, and any stack dump.  An RCU tasks
-# grace period held back for rcu_task_stall_info (10 s) prints "... grace period number
-# N (since boot) is J jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in
-# kernel/rcu/tasks.h) long before the stall warning "detected stalls on tasks": a
-# holdout kept every trampoline and module unload waiting that long, so it is one too.
+# every form has a "Call Trace:"), a hung task ("INFO: task ... blocked for more than N
+# seconds.", "blocked in I/O wait for more than", "is blocked on a mutex":
+# kernel/hung_task.c), refcount, UBSAN and list corruption reports, a leak kmemleak
+# found, and any stack dump.  An RCU tasks grace period held back for
+# rcu_task_stall_info (10 s) prints "... grace period number N (since boot) is J
+# jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in kernel/rcu/tasks.h)
+# long before the stall warning "detected stalls on tasks": a holdout kept every
+# trampoline and module unload waiting that long, so it is one too.
 # The command line is left out: virtme-ng passes the guest's command base64-encoded in
 # it, which may spell anything (its lines, and those of the parameters the kernel did
 # not know, which repeat it).  tests/host-splats.sh checks each form against lines as
