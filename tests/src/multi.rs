@@ -888,15 +888,7 @@ fn refusals() -> Result<()> {
             1,
             "links after a second attach through one file"
         );
-        let bss = run_once(&mut skel)?;
-        for (i, f) in funcs.iter().enumerate() {
-            check_eq!(
-                bss.counts[0][i],
-                u64::from(i < 5),
-                "after a second attach through one file: {}",
-                f.name
-            );
-        }
+        good_set_counted(&mut skel, &funcs, "after a second attach through one file")?;
     }
     // Programs that are not rkf_multi programs.
     for (what, fd) in [
@@ -923,14 +915,15 @@ fn refusals() -> Result<()> {
             f.name
         );
     }
-    let bss = run_once(&mut skel)?;
+    good_set_counted(&mut skel, &funcs, "after the refusals")
+}
+
+/// Checks that one run counts count_fentry0 once on each of the refusal test's good set
+/// (`funcs[..5]`) and on nothing else.
+fn good_set_counted(skel: &mut MultiSkel<'_>, funcs: &[Func], what: &str) -> Result<()> {
+    let bss = run_once(skel)?;
     for (i, f) in funcs.iter().enumerate() {
-        check_eq!(
-            bss.counts[0][i],
-            u64::from(i < 5),
-            "after the refusals: {}",
-            f.name
-        );
+        check_eq!(bss.counts[0][i], u64::from(i < 5), "{what}: {}", f.name);
     }
     Ok(())
 }

@@ -972,23 +972,29 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
         )
     };
     let plain_insns = get_stack_prog(plain);
-    let pe_rows = [
+    const PE: &str = "bpf_rkf_get_stack_pe";
+    const PLAIN: &str = "bpf_rkf_get_stack";
+    let rows = [
         (
             prog("perf_event", sys::BPF_PROG_TYPE_PERF_EVENT, 0, None, &insns),
+            PE,
             0,
         ),
-        (fentry("fentry", &insns), libc::EACCES),
-        (fentry("fentry (its own struct)", &fake), libc::EACCES),
+        (fentry("fentry", &insns), PE, libc::EACCES),
+        (fentry("fentry (its own struct)", &fake), PE, libc::EACCES),
         (
             prog("raw_tp", sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0, None, &insns),
+            PE,
             libc::EACCES,
         ),
         (
             prog("tracepoint", sys::BPF_PROG_TYPE_TRACEPOINT, 0, None, &insns),
+            PE,
             libc::EACCES,
         ),
         (
             prog("syscall", sys::BPF_PROG_TYPE_SYSCALL, 0, None, &insns),
+            PE,
             libc::EACCES,
         ),
         (
@@ -999,10 +1005,9 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
                 None,
                 &fake,
             ),
+            PE,
             libc::EACCES,
         ),
-    ];
-    let plain_rows = [
         (
             prog(
                 "perf_event",
@@ -1011,6 +1016,7 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
                 None,
                 &plain_insns,
             ),
+            PLAIN,
             libc::EACCES,
         ),
         (
@@ -1021,17 +1027,10 @@ fn pe_only_in_perf_event_programs() -> Result<()> {
                 None,
                 &plain_insns,
             ),
+            PLAIN,
             0,
         ),
     ];
-    let rows = pe_rows
-        .into_iter()
-        .map(|(p, want)| (p, "bpf_rkf_get_stack_pe", want))
-        .chain(
-            plain_rows
-                .into_iter()
-                .map(|(p, want)| (p, "bpf_rkf_get_stack", want)),
-        );
     for (p, kfunc, want) in rows {
         let (errno, log) = p.load();
         // The filter's refusal, not one of the argument checks after it, which also give
