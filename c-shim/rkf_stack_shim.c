@@ -307,7 +307,7 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
 
 /**
  * bpf_rkf_get_task_stack() - copy a task's stack into a buffer, as bpf_get_task_stack()
- * @task:   the task, a trusted pointer
+ * @task:   the task, a trusted or RCU-protected pointer (KF_RCU)
  * @buf:    as bpf_rkf_get_stack()
  * @buf__sz: as bpf_rkf_get_stack()
  * @flags:  as bpf_rkf_get_stack()
@@ -318,7 +318,9 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
  * A user stack is the current task's only: another task's gives -EOPNOTSUPP, a task
  * without user regs -EFAULT, as with the helper.  The stack is not pinned here
  * (put_task_stack() is not exported): stack_trace_save_tsk() pins it for the walk, and
- * another task's regs are read fault-safely (rkf_task_user_regs()).
+ * another task's regs are read fault-safely (rkf_task_user_regs()).  That is also why an
+ * RCU-protected task will do, as for the helper: RCU keeps the task_struct, and nothing
+ * here needs a reference to it or to its stack beyond what the walk takes.
  *
  * Return: as bpf_rkf_get_stack(), and -EFAULT for a task whose stack is gone (it has
  * exited), -EOPNOTSUPP as above.
@@ -356,17 +358,18 @@ __bpf_kfunc_end_defs();
  * both, as the verifier requires.  KF_PERFMON: bpf_get_task_stack() is a helper of
  * CAP_PERFMON (bpf_base_func_proto() in kernel/bpf/helpers.c), which a syscall program,
  * loaded with CAP_BPF alone, would not otherwise need; bpf_get_stack() is there for it
- * with CAP_BPF (the raw_tp proto), and so is bpf_rkf_get_stack().
+ * with CAP_BPF (the raw_tp proto), and so is bpf_rkf_get_stack().  KF_RCU: the helper's
+ * task argument takes an RCU-protected pointer (task->real_parent), and so does the kfunc.
  */
 BTF_KFUNCS_START(rkf_stack_tracing_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack, KF_IMPLICIT_ARGS)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_pe)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON | KF_RCU)
 BTF_KFUNCS_END(rkf_stack_tracing_kfunc_ids)
 
 BTF_KFUNCS_START(rkf_stack_kprobe_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_rkf_get_stack_kprobe, KF_IMPLICIT_ARGS)
-BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON)
+BTF_ID_FLAGS(func, bpf_rkf_get_task_stack, KF_IMPLICIT_ARGS | KF_PERFMON | KF_RCU)
 BTF_KFUNCS_END(rkf_stack_kprobe_kfunc_ids)
 
 /*

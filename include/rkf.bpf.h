@@ -131,7 +131,9 @@ extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u
 /*
  * bpf_get_task_stack() as a kfunc, for every program type above: the stack of @task, a
  * trusted pointer (bpf_get_current_task_btf(), bpf_task_from_pid(), an iter/task
- * program's ctx->task, a tp_btf argument).  Another task's kernel stack is the one it was
+ * program's ctx->task, a tp_btf argument) or an RCU-protected one (task->real_parent
+ * under RCU), not an untrusted one (an fentry argument: acquire it with
+ * bpf_task_from_pid()).  Another task's kernel stack is the one it was
  * switched out with; a user stack is the current task's only (another task's:
  * -EOPNOTSUPP; a kernel thread's: -EFAULT).  Flags, layout, errnos and the zeroed tail are
  * bpf_get_task_stack()'s.

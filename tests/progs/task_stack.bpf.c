@@ -2,8 +2,9 @@
 /*
  * rkf_stack task-stack differential tests: one program calls bpf_rkf_get_task_stack() and
  * bpf_get_task_stack() on the same task with the same flags and size, into buffers of its
- * own.  The task is another one, asleep in a known kernel path (found by its thread id),
- * or the current one.  User space arms the programs, triggers them and compares.
+ * own.  The task is another one, asleep in a known kernel path (found by its thread id,
+ * or as the parent of a child it started), or the current one.  User space arms the
+ * programs, triggers them and compares.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -12,7 +13,7 @@
 
 #define DEPTH 64
 
-enum kind { ITER, TP_BTF, FENTRY, RAW_TP, NR_KINDS };
+enum kind { ITER, TP_BTF, FENTRY, RAW_TP, ITER_PARENT, NR_KINDS };
 
 struct task_sample {
 	long kf_ret;
@@ -24,7 +25,10 @@ struct task_sample {
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;
 
-/* Inputs: the task to take (0: the current one), the thread that triggers the events. */
+/*
+ * Inputs: the task to take (0: the current one; for ITER_PARENT, its child), the thread
+ * that triggers the events.
+ */
 __u32 target_tid;
 __u32 self_tid;
 __u64 flags;
@@ -70,6 +74,22 @@ int iter_prog(struct bpf_iter__task *ctx)
 	if (!task || !armed[ITER] || task->pid != target_tid)
 		return 0;
 	take(ITER, task);
+	return 0;
+}
+
+/*
+ * The parent of the target, an RCU-protected pointer (task->real_parent in a program that
+ * runs under RCU, kernel/bpf/verifier.c's BTF_TYPE_SAFE_RCU(struct task_struct)), not a
+ * trusted one: bpf_rkf_get_task_stack() is KF_RCU.
+ */
+SEC("iter/task")
+int iter_parent_prog(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+
+	if (!task || !armed[ITER_PARENT] || task->pid != target_tid)
+		return 0;
+	take(ITER_PARENT, task->real_parent);
 	return 0;
 }
 

@@ -85,14 +85,13 @@ pub fn libbpf_errno(e: &libbpf_rs::Error) -> Option<i32> {
     n.strip_suffix(')')?.parse().ok()
 }
 
-/// Loads only the program `prog` of the skeleton of builder `B` (the object `what`), which
-/// the verifier must refuse with `errno`, and returns the verifier's log.
-pub fn load_refused<'obj, B>(
+/// Opens the skeleton of builder `B` (the object `what`) with only its program `prog` to
+/// be loaded.
+fn open_only<'obj, B>(
     obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
     what: &str,
     prog: &str,
-    errno: i32,
-) -> Result<String>
+) -> Result<B::Output>
 where
     B: libbpf_rs::skel::SkelBuilder<'obj> + Default,
 {
@@ -106,6 +105,41 @@ where
         p.set_autoload(this);
     }
     crate::check!(found, "{what} has a program {prog}");
+    Ok(open)
+}
+
+/// Loads only the program `prog` of the skeleton of builder `B` (the object `what`),
+/// which the verifier must accept: the control of a [`load_refused`] row.
+pub fn load_only<'obj, B>(
+    obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    what: &str,
+    prog: &str,
+) -> Result<()>
+where
+    B: libbpf_rs::skel::SkelBuilder<'obj> + Default,
+{
+    use libbpf_rs::skel::OpenSkel;
+
+    open_only::<B>(obj, what, prog)?
+        .load()
+        .with_context(|| format!("{prog} of {what} must load"))?;
+    Ok(())
+}
+
+/// Loads only the program `prog` of the skeleton of builder `B` (the object `what`), which
+/// the verifier must refuse with `errno`, and returns the verifier's log.
+pub fn load_refused<'obj, B>(
+    obj: &'obj mut std::mem::MaybeUninit<libbpf_rs::OpenObject>,
+    what: &str,
+    prog: &str,
+    errno: i32,
+) -> Result<String>
+where
+    B: libbpf_rs::skel::SkelBuilder<'obj> + Default,
+{
+    use libbpf_rs::skel::OpenSkel;
+
+    let open = open_only::<B>(obj, what, prog)?;
     take_libbpf_log();
     let got = match open.load() {
         Ok(_) => anyhow::bail!("{prog} of {what} loaded, but the verifier must refuse it"),

@@ -81,6 +81,9 @@ mod skel {
     pub mod task_stack {
         include!(concat!(env!("OUT_DIR"), "/task_stack.skel.rs"));
     }
+    pub mod task_stack_fail {
+        include!(concat!(env!("OUT_DIR"), "/task_stack_fail.skel.rs"));
+    }
     pub mod upstream_get_stack_rawtp {
         include!(concat!(
             env!("OUT_DIR"),

@@ -81,6 +81,10 @@ pub const TESTS: &[Test] = &[
         run: task::differential,
     },
     Test {
+        name: "stack_task_untrusted_refused",
+        run: task::untrusted_refused,
+    },
+    Test {
         name: "stack_upstream_get_stack_rawtp_err",
         run: upstream_get_stack_rawtp_err,
     },

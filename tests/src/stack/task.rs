@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `bpf_rkf_get_task_stack()` against `bpf_get_task_stack()`, on the same task, in the
-//! same program: iter/task, tp_btf, fentry and raw_tp programs (task_stack.bpf.c).
+//! same program: iter/task, tp_btf, fentry and raw_tp programs (task_stack.bpf.c), with
+//! the task as a trusted pointer and, from iter/task, as an RCU-protected one.
 
 use std::{mem::MaybeUninit, sync::Arc, time::Duration};
 
@@ -24,14 +25,31 @@ enum Kind {
     TpBtf,
     Fentry,
     RawTp,
+    /// iter/task, on the `real_parent` of the task it is given.
+    IterParent,
 }
 
-const KINDS: [Kind; 4] = [Kind::Iter, Kind::TpBtf, Kind::Fentry, Kind::RawTp];
+const KINDS: [Kind; 5] = [
+    Kind::Iter,
+    Kind::TpBtf,
+    Kind::Fentry,
+    Kind::RawTp,
+    Kind::IterParent,
+];
 
-/// Whose stack: a task asleep in a known kernel path, or the current one.
+impl Kind {
+    /// Whether the program runs as the task iterator is read.
+    fn iter(self) -> bool {
+        matches!(self, Kind::Iter | Kind::IterParent)
+    }
+}
+
+/// Whose stack: a task asleep in a known kernel path, by its thread id or as the parent
+/// of a child of its own (by the child's id), or the current one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Whose {
     Other(u32),
+    ParentOf(u32),
     Current,
 }
 
@@ -42,6 +60,7 @@ impl Whose {
     fn kinds(self) -> &'static [Kind] {
         match self {
             Whose::Other(_) => &[Kind::Iter, Kind::TpBtf, Kind::Fentry],
+            Whose::ParentOf(_) => &[Kind::IterParent],
             Whose::Current => &[Kind::TpBtf, Kind::Fentry, Kind::RawTp],
         }
     }
@@ -68,7 +87,7 @@ fn run_kinds(
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
         bss.target_tid = match whose {
-            Whose::Other(tid) => tid,
+            Whose::Other(tid) | Whose::ParentOf(tid) => tid,
             Whose::Current => 0,
         };
         bss.self_tid = nix::unistd::gettid().as_raw() as u32;
@@ -95,7 +114,7 @@ fn run_kinds(
         let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
         if kinds
             .iter()
-            .all(|&k| k == Kind::Iter || bss.armed[k as usize] == 0)
+            .all(|&k| k.iter() || bss.armed[k as usize] == 0)
         {
             break;
         }
@@ -104,12 +123,12 @@ fn run_kinds(
             break;
         }
     }
-    if kinds.contains(&Kind::Iter) {
-        let link = skel
-            .links
-            .iter_prog
-            .as_ref()
-            .context("iter/task not attached")?;
+    for &kind in kinds.iter().filter(|k| k.iter()) {
+        let link = match kind {
+            Kind::Iter => skel.links.iter_prog.as_ref(),
+            _ => skel.links.iter_parent_prog.as_ref(),
+        }
+        .with_context(|| format!("{kind:?}: iter/task not attached"))?;
         let mut it = libbpf_rs::Iter::new(link).context("opening the task iterator")?;
         std::io::Read::read_to_end(&mut it, &mut Vec::new())
             .context("reading the task iterator")?;
@@ -145,14 +164,18 @@ fn describe(k: &KernelSymbolizer, ips: &[u64]) -> Vec<String> {
     ips.iter().map(|&ip| sym(k, ip)).collect()
 }
 
-/// Every kind, another task: the kfunc's buffer and return value are the helper's, byte
-/// for byte, whatever the flags.
-fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> Result<()> {
-    let whose = Whose::Other(tid);
+/// Every kind, another task (thread `tid` of this process, reached as `whose` says): the
+/// kfunc's buffer and return value are the helper's, byte for byte, whatever the flags.
+fn other_task(
+    skel: &mut TaskStackSkel<'_>,
+    whose: Whose,
+    tid: u32,
+    k: &KernelSymbolizer,
+) -> Result<()> {
     // The kernel stack at every skip, and truncated.
     for (skip, size) in [(0u64, BUF), (1, BUF), (2, BUF), (5, BUF), (1, 24)] {
         for s in run(skel, whose, skip, size)? {
-            let what = format!("{:?}, another task, skip {skip}, size {size}", s.kind);
+            let what = format!("{:?}, {whose:?}, skip {skip}, size {size}", s.kind);
             check_eq!(s.kf_ret, s.h_ret, "{what}: return value (kfunc vs helper)");
             check_same(
                 &what,
@@ -167,20 +190,22 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
     // The path it sleeps in, frame for frame as the kernel prints it.
     let s = &run(skel, whose, 0, BUF)?[0];
     let frames = describe(k, &words(&s.kf[..s.kf_ret as usize]));
-    diag!("another task's stack: {}", frames.join(" < "));
+    diag!("{whose:?}: {}", frames.join(" < "));
     // The kernel's own walk of the same stack (stack_trace_save_tsk(), as both).
     let proc = crate::lifecycle::kernel_stack(tid as i32)?;
     check_eq!(
         frames,
         proc,
-        "the kfunc's stack vs /proc/self/task/{tid}/stack"
+        "{whose:?}: the kfunc's stack vs /proc/self/task/{tid}/stack"
     );
     let mut at = 0;
     for want in ["eventfd_read", "vfs_read", "ksys_read", "do_syscall_64"] {
         let pos = frames[at..]
             .iter()
             .position(|f| f.starts_with(&format!("{want}+")))
-            .with_context(|| format!("{want} in the stack, after frame {at}: {frames:?}"))?;
+            .with_context(|| {
+                format!("{whose:?}: {want} in the stack, after frame {at}: {frames:?}")
+            })?;
         at += pos + 1;
     }
     // Errors, each zeroing the buffer: (what, flags, size, expected return).
@@ -199,7 +224,7 @@ fn other_task(skel: &mut TaskStackSkel<'_>, tid: u32, k: &KernelSymbolizer) -> R
     ];
     for &(what, flags, size, want) in rows {
         for s in run(skel, whose, flags, size)? {
-            check_error(what, &s, size, want)?;
+            check_error(&format!("{whose:?}, {what}"), &s, size, want)?;
         }
     }
     Ok(())
@@ -312,7 +337,9 @@ fn exited_task(skel: &mut TaskStackSkel<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The test: a thread of this process asleep in eventfd_read() is the other task.
+/// The test: a thread of this process asleep in eventfd_read() is the other task, reached
+/// by its id and as the parent of a child it started (sleep(1), which it kills when it
+/// wakes).
 pub(super) fn differential() -> Result<()> {
     modules::require("rkf_stack")?;
     let event = Arc::new(EventFd::new().context("eventfd")?);
@@ -325,21 +352,35 @@ pub(super) fn differential() -> Result<()> {
     }
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let ev = event.clone();
-    let sleeper = std::thread::spawn(move || {
-        let _ = tid_tx.send(nix::unistd::gettid().as_raw());
-        ev.read()
+    let sleeper = std::thread::spawn(move || -> Result<()> {
+        // The child's real_parent is the thread that started it, not the thread group's
+        // leader (copy_process()).
+        let child = std::process::Command::new("sleep")
+            .arg("3600")
+            .spawn()
+            .context("starting sleep(1)");
+        let _ = tid_tx.send((
+            nix::unistd::gettid().as_raw(),
+            child.as_ref().map(|c| c.id()).ok(),
+        ));
+        let read = ev.read().context("the sleeper's read");
+        let mut child = child?;
+        child.kill().context("killing sleep(1)")?;
+        child.wait().context("reaping sleep(1)")?;
+        read.map(drop)
     });
     let release = Release(event.clone());
-    let tid = tid_rx.recv().context("the sleeper's task id")?;
+    let (tid, child) = tid_rx.recv().context("the sleeper's task id")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !crate::lifecycle::blocked_in(tid, "eventfd_read")? {
-        check!(
-            std::time::Instant::now() < deadline,
-            "the sleeper never blocked in eventfd_read()"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
     let result = (|| {
+        let child = child.context("the sleeper started no child")?;
+        while !crate::lifecycle::blocked_in(tid, "eventfd_read")? {
+            check!(
+                std::time::Instant::now() < deadline,
+                "the sleeper never blocked in eventfd_read()"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let mut obj = MaybeUninit::uninit();
         let mut skel = skeleton::load_and_attach::<TaskStackSkelBuilder>(
             &mut obj,
@@ -347,15 +388,49 @@ pub(super) fn differential() -> Result<()> {
             skeleton::as_built,
         )?;
         let k = KernelSymbolizer::new();
-        other_task(&mut skel, tid as u32, &k)?;
+        other_task(&mut skel, Whose::Other(tid as u32), tid as u32, &k)?;
+        other_task(&mut skel, Whose::ParentOf(child), tid as u32, &k)?;
         kernel_thread(&mut skel)?;
         current_task(&mut skel, &k)?;
         exited_task(&mut skel)
     })();
     drop(release);
-    sleeper
+    let joined = sleeper
         .join()
-        .map_err(|_| anyhow::anyhow!("the sleeper panicked"))?
-        .context("the sleeper's read")?;
-    result
+        .map_err(|_| anyhow::anyhow!("the sleeper panicked"))
+        .and_then(|r| r);
+    result.and(joined)
+}
+
+/// An fentry program's task argument, an untrusted pointer, is refused to the kfunc at
+/// load (`EINVAL`, "R1 must be a rcu pointer": it is KF_RCU) and taken by the helper
+/// (task_stack_fail.bpf.c): README's "acquire it with `bpf_task_from_pid()` first".
+pub(super) fn untrusted_refused() -> Result<()> {
+    use crate::{
+        harness::{load_only, load_refused},
+        skel::task_stack_fail::TaskStackFailSkelBuilder,
+    };
+
+    modules::require("rkf_stack")?;
+    const WHAT: &str = "task_stack_fail.bpf.c";
+    const WHY: &str = "R1 must be a rcu pointer";
+    let mut obj = MaybeUninit::uninit();
+    let log = load_refused::<TaskStackFailSkelBuilder>(
+        &mut obj,
+        WHAT,
+        "kfunc_untrusted_task",
+        libc::EINVAL,
+    )?;
+    let line = log.lines().find(|l| l.contains(WHY));
+    let last = log.lines().rev().find(|l| !l.trim().is_empty());
+    check!(
+        line.is_some(),
+        "the verifier log should say {WHY:?}; it ends with {last:?}"
+    );
+    diag!(
+        "kfunc_untrusted_task: refused: {}",
+        line.unwrap_or_default().trim()
+    );
+    let mut obj = MaybeUninit::uninit();
+    load_only::<TaskStackFailSkelBuilder>(&mut obj, WHAT, "helper_untrusted_task")
 }
