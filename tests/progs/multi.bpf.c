@@ -295,6 +295,20 @@ SESSION(7)
 SESSION(8)
 
 /*
+ * The control of the run-path test (tests/src/multi/run_path.rs): on every run a call of a
+ * traceable function, bpf_get_current_pid_tgid() (a helper the verifier does not inline
+ * on x86-64), which the test's graph tracer must see under the traced function.
+ */
+__u64 pid_tgid;
+
+RKF_MULTI_FENTRY
+int BPF_PROG(calls_helper)
+{
+	pid_tgid = bpf_get_current_pid_tgid();
+	return 0;
+}
+
+/*
  * Not an rkf_multi program: an ordinary fentry program, for the refusal and coexistence
  * tests, which count its runs.
  */

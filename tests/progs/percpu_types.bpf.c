@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The rkf_percpu kfuncs from every program type they are registered for.  Each program
- * checks, in the test process only, that per_cpu(runqueues, this cpu)->cpu and
- * this_cpu(runqueues)->cpu are the cpu it runs on.
+ * checks, in the test's thread only and while it is armed, that per_cpu(runqueues, this
+ * cpu)->cpu and this_cpu(runqueues)->cpu are the cpu it runs on.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -13,7 +13,8 @@ enum kind { FENTRY, KPROBE, RAW_TP, TP_BTF, TRACEPOINT, PERF_EVENT, NR_KINDS };
 
 extern const struct rq runqueues __ksym;
 
-__u32 target_tgid;
+__u32 target_tid;
+bool armed;
 __u64 hits[NR_KINDS];
 __u64 bad[NR_KINDS];
 
@@ -22,7 +23,7 @@ static __always_inline void check(enum kind kind)
 	__u32 cpu = bpf_get_smp_processor_id();
 	const struct rq *rq, *this;
 
-	if (bpf_get_current_pid_tgid() >> 32 != target_tgid)
+	if (!armed || (__u32)bpf_get_current_pid_tgid() != target_tid)
 		return;
 	rq = rkf_per_cpu_ptr(&runqueues, cpu);
 	this = rkf_this_cpu_ptr(&runqueues);

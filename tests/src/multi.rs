@@ -907,7 +907,7 @@ fn refusals() -> Result<()> {
     // And then the good set works, exactly, and ftrace lists it hooked (the check every
     // "nothing attached" above relies on).
     let _l = attach(&skel.progs.count_fentry0, good, None)?;
-    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    let enabled = multi::enabled_functions()?;
     for f in good {
         check!(
             listed(&enabled, f),
@@ -943,7 +943,7 @@ pub(crate) fn listed(enabled: &str, f: &Func) -> bool {
 fn nothing_attached(skel: &mut MultiSkel<'_>, funcs: &[Func], what: &str) -> Result<()> {
     let links = multi::links()?;
     check!(links.is_empty(), "{what}: links left: {links:?}");
-    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    let enabled = multi::enabled_functions()?;
     for f in funcs {
         check!(!listed(&enabled, f), "{what}: {} is hooked", f.name);
     }

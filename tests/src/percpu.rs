@@ -508,7 +508,15 @@ fn prog_type_not_registered() -> Result<()> {
     )
 }
 
+/// Every program type the kfuncs are registered for resolves this cpu's runqueue in
+/// every run, armed around 20 sleeps of 1 ms, each followed by 5 ms of spinning, on this
+/// thread only: the fentry and kprobe programs on hrtimer_nanosleep() ran once a sleep,
+/// the three on sched_switch (raw_tp, tp_btf, tracepoint) once for each switch out, the
+/// same number and at least once (a sleep whose timer expired before schedule(), on a
+/// vCPU the host held up, does not switch out), and the perf_event program (cpu-clock
+/// samples of this thread every 200 us) at least once.
 fn prog_types() -> Result<()> {
+    const SLEEPS: u64 = 20;
     const KINDS: [(&str, ProgramType); 6] = [
         ("fentry", ProgramType::Tracing),
         ("kprobe", ProgramType::Kprobe),
@@ -519,7 +527,7 @@ fn prog_types() -> Result<()> {
     ];
     modules::require("rkf_percpu")?;
     let mut obj = MaybeUninit::uninit();
-    let skel = skeleton::load_and_attach::<PercpuTypesSkelBuilder>(
+    let mut skel = skeleton::load_and_attach::<PercpuTypesSkelBuilder>(
         &mut obj,
         "percpu_types.bpf.c",
         |open| {
@@ -527,7 +535,7 @@ fn prog_types() -> Result<()> {
                 .bss_data
                 .as_deref_mut()
                 .context("no .bss")?
-                .target_tgid = std::process::id();
+                .target_tid = nix::unistd::gettid().as_raw() as u32;
             Ok(())
         },
     )?;
@@ -545,25 +553,45 @@ fn prog_types() -> Result<()> {
     let pfd = open_cpu_clock(Target::ThisThread, Sampling::Period(200_000), 0)?;
     let perf: Link =
         perf::attach(&skel.progs.perf_event_prog, pfd).context("attaching perf_event")?;
-    // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock samples).
-    for _ in 0..20 {
+    // Sleep (fentry/kprobe on hrtimer_nanosleep, sched_switch) and spin (cpu-clock
+    // samples).  One flag arms every program, so that the three on one sched_switch event
+    // see the same value of it.
+    let arm = |skel: &mut PercpuTypesSkel<'_>, on: bool| -> Result<()> {
+        skel.maps.bss_data.as_deref_mut().context("no .bss")?.armed = on;
+        Ok(())
+    };
+    arm(&mut skel, true)?;
+    for _ in 0..SLEEPS {
         std::thread::sleep(Duration::from_millis(1));
         let t = std::time::Instant::now();
         while t.elapsed() < Duration::from_millis(5) {
             std::hint::spin_loop();
         }
     }
+    arm(&mut skel, false)?;
     drop(perf);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     for (i, (name, _)) in KINDS.iter().enumerate() {
         diag!("{name}: {} calls, {} wrong", bss.hits[i], bss.bad[i]);
-        check!(bss.hits[i] > 0, "the {name} program ran");
         check_eq!(
             bss.bad[i],
             0,
             "{name}: calls where the resolved runqueue was not this cpu's"
         );
     }
+    let [fentry, kprobe, raw_tp, tp_btf, tracepoint, perf_event] = bss.hits;
+    check_eq!(
+        (fentry, kprobe),
+        (SLEEPS, SLEEPS),
+        "runs of the fentry and kprobe programs on hrtimer_nanosleep()"
+    );
+    check_eq!(
+        (tp_btf, tracepoint),
+        (raw_tp, raw_tp),
+        "runs of the tp_btf and tracepoint programs on sched_switch (the raw_tp one's)"
+    );
+    check!(raw_tp > 0, "the sched_switch programs ran");
+    check!(perf_event > 0, "the perf_event program ran");
     Ok(())
 }
 

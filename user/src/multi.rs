@@ -126,7 +126,11 @@ pub fn direct_callers() -> Result<HashMap<String, String>> {
     Ok(parse_direct_callers(&enabled_functions()?))
 }
 
-fn enabled_functions() -> Result<String> {
+/// The text of ftrace's `enabled_functions`: every function ftrace has hooked, a line
+/// each (`name`, or `name [module]`, then its ops count and flags), and under a function
+/// with a direct caller a tab-indented `direct-->` line naming it
+/// ([`parse_direct_callers()`]).
+pub fn enabled_functions() -> Result<String> {
     let path = tracefs()?.join("enabled_functions");
     std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
 }

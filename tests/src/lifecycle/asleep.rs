@@ -334,7 +334,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
         "the detached links are still listed"
     );
     // Without the fexit no function is hooked any more; with it, its link hooks each.
-    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    let enabled = multi::enabled_functions()?;
     for f in &funcs {
         check_eq!(
             crate::multi::listed(&enabled, f),

@@ -209,7 +209,7 @@ fn ones(n: usize, lo: usize, hi: usize) -> Vec<u64> {
 /// `funcs` is hooked: not in ftrace's `enabled_functions` at all, direct call or not.
 fn check_hooks(funcs: &[Func], hooked: usize, tramp: Tramp, what: &str) -> Result<()> {
     // One read of enabled_functions serves both checks.
-    let enabled = std::fs::read_to_string(multi::tracefs()?.join("enabled_functions"))?;
+    let enabled = multi::enabled_functions()?;
     for f in &funcs[hooked..] {
         check!(
             !super::listed(&enabled, f),

@@ -55,6 +55,11 @@ const OFF_THE_PATH: &[(&str, &str, &str)] = &[(
 /// take the first nine).
 const WATCH_SLOT: usize = 15;
 
+/// The traceable function multi.bpf.c's `calls_helper` program calls on every run, which
+/// the graph tracer also hooks: the control, seen under a traced function that runs the
+/// program, and under none otherwise.
+const CONTROL: &str = "bpf_get_current_pid_tgid";
+
 /// The function graph tracer, hooking the functions at `hooked` (indexes of
 /// available_filter_functions, from 1) and started at `roots` with interrupts left out,
 /// for as long as this lives; the tracer is `nop` again and the filters empty after.
@@ -156,8 +161,9 @@ fn parse(text: &str) -> BTreeMap<String, Vec<BTreeSet<String>>> {
 type Hooked = BTreeMap<usize, String>;
 
 /// What the graph tracer hooks: the roots, the traceable functions of vmlinux that
-/// rkf_multi.ko calls (its undefined symbols that ftrace can hook), and rkf_multi's own
-/// traceable functions if it has any, which the path must not call either.
+/// rkf_multi.ko calls (its undefined symbols that ftrace can hook), rkf_multi's own
+/// traceable functions if it has any, which the path must not call either, and
+/// [`CONTROL`].
 fn hooked(roots: &[&str]) -> Result<Hooked> {
     use object::{Object, ObjectSymbol};
 
@@ -175,6 +181,7 @@ fn hooked(roots: &[&str]) -> Result<Hooked> {
         .filter(|(_, l)| {
             imports.contains(l.as_str())
                 || roots.contains(&l.as_str())
+                || l == CONTROL
                 || l.ends_with(" [rkf_multi]")
         })
         .map(|(i, l)| (i + 1, l))
@@ -185,7 +192,7 @@ fn hooked(roots: &[&str]) -> Result<Hooked> {
         "{} imports no traceable kfree(): {out:?}",
         ko.display()
     );
-    for r in roots {
+    for r in roots.iter().chain([&CONTROL]) {
         check!(out.values().any(|l| l == r), "{r} is not traceable");
     }
     Ok(out)
@@ -214,7 +221,10 @@ fn on_path(
 /// trampolines and kprobes: the recursion guard bounds them).  Then, for each function of
 /// `OFF_THE_PATH` this kernel has, a link on it and bpf_fentry_test1 sees its program run
 /// without calling it, and without a recursion miss (a kernel without one must be
-/// without its option: without the other function `OFF_THE_PATH` names for it).
+/// without its option: without the other function `OFF_THE_PATH` names for it).  The
+/// control: with a link of a program that calls [`CONTROL`] on bpf_fentry_test1 alone,
+/// the tracer sees that call under it beside what its fentry trampoline called before,
+/// and nothing under the other two.
 pub(super) fn run_path_calls_only_denied() -> Result<()> {
     Tramp::run_both(calls_only_denied)
 }
@@ -229,8 +239,9 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
     ];
     let hooked = hooked(&roots)?;
     diag!(
-        "the graph tracer hooks the 3 roots and {} functions rkf_multi.ko calls or has",
-        hooked.len() - roots.len()
+        "the graph tracer hooks the 3 roots, {CONTROL} and {} functions rkf_multi.ko calls \
+         or has",
+        hooked.len() - roots.len() - 1
     );
     let phase = |skel: &mut super::MultiSkel<'_>| -> Result<BTreeMap<String, BTreeSet<String>>> {
         let t = GraphTrace::start(&roots, &hooked)?;
@@ -250,20 +261,47 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
             "{root}() itself calls {called:?}: not a target here"
         );
     }
-    {
+    let path = {
         let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
         let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
         let _session = attach(&skel.progs.session0, &funcs[2..3], None)?;
         check_tramps(&funcs[..3], tramp, "fentry, fexit, session")?;
-        for (root, called) in phase(&mut skel)? {
+        let path = phase(&mut skel)?;
+        for (root, called) in &path {
             diag!("traceable functions rkf_multi calls under {root}() ({tramp:?}): {called:?}");
-            for f in &called {
+            for f in called {
                 check!(
                     rkf_core::multi::denied(f.as_bytes()),
                     "the trampoline of {root}() calls {f}(), which a link may trace"
                 );
             }
         }
+        path
+    };
+    {
+        let _control = attach(&skel.progs.calls_helper, &funcs[..1], None)?;
+        check_tramps(&funcs[..1], tramp, "the control")?;
+        let seen = phase(&mut skel)?;
+        // Under the first root, what its fentry trampoline called above (the denied
+        // functions this kernel's path calls), and the control.
+        let mut want: BTreeMap<String, BTreeSet<String>> = roots
+            .iter()
+            .map(|r| (r.to_string(), BTreeSet::new()))
+            .collect();
+        let first = want.get_mut(roots[0]).context("the first root")?;
+        first.extend(path.get(roots[0]).into_iter().flatten().cloned());
+        first.insert(CONTROL.to_string());
+        check_eq!(
+            seen,
+            want,
+            "the control: what the tracer saw called under each root, with a link of a \
+             program that calls {CONTROL}() on {} alone ({tramp:?})",
+            roots[0]
+        );
+        diag!(
+            "the control ({tramp:?}): {CONTROL}() seen under {}() only",
+            roots[0]
+        );
     }
     // One link holds bpf_fentry_test1 and the function: a run of its program that called
     // the function would recurse into it, a miss there.  The fexit link's runs, from this
