@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=31
+planned=32
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
@@ -99,6 +99,7 @@ expect_fail offcputime_zero_duration "duration must be more than 0" "$rkf" offcp
 expect_fail offcputime_nan_duration "duration must be more than 0" "$rkf" offcputime -d nan
 expect_fail offcputime_duration_above_a_day "at most a day" "$rkf" offcputime -d 86401
 expect_fail offcputime_no_such_pid "no process 4000000000" "$rkf" offcputime -p 4000000000
+expect_fail offcputime_zero_min "the minimum interval must be at least 1 us" "$rkf" offcputime -m 0
 expect_fail offcputime_min_above_max "the minimum interval \(2000 us\) is longer than the maximum \(1000 us\)" \
 	"$rkf" offcputime -m 2000 -M 1000
 expect_fail offcputime_max_overflows "the maximum interval \(18446744073709552 us\) does not fit in nanoseconds" \

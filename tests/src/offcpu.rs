@@ -39,9 +39,9 @@ const MIN_US: u64 = 20_000;
 
 /// A thread reads a pipe that another thread writes a byte into every `GAP`: each read
 /// blocks in fs/pipe.c's anon_pipe_read().  Its intervals must come with the kernel path
-/// `ksys_read -> vfs_read -> anon_pipe_read`, innermost `anon_pipe_read` (the task's own
-/// saved stack, walked as /proc/PID/stack walks it: no tracing frames above it, and the
-/// scheduler's own functions left out), a user stack whose innermost frame is in libc,
+/// `ksys_read -> vfs_read -> anon_pipe_read -> schedule -> __schedule`, innermost
+/// `__schedule` (the scheduler's own functions kept, the tracing frames above them cut
+/// off), a user stack whose innermost frame is in libc,
 /// one interval a read, and in all at most the time the reads took and at least 80% of
 /// it.  No stack's intervals take less than the minimum asked for on average (the
 /// recording keeps a sum and a count per stack, not each interval).
@@ -111,7 +111,13 @@ fn pipe_read_path_and_time() -> Result<()> {
         );
     }
 
-    let path = ["ksys_read", "vfs_read", "anon_pipe_read"];
+    let path = [
+        "ksys_read",
+        "vfs_read",
+        "anon_pipe_read",
+        "schedule",
+        "__schedule",
+    ];
     let (mut off_us, mut intervals) = (0, 0);
     for (s, c) in o.stacks.stacks.iter().filter(|(s, _)| s.comm == READER) {
         diag!(
@@ -127,8 +133,8 @@ fn pipe_read_path_and_time() -> Result<()> {
         intervals += c.count;
         let innermost = s.frames.last().map(|f| (&*f.name, f.kernel));
         check!(
-            innermost == Some(("anon_pipe_read", true)),
-            "the innermost frame is {innermost:?}, not the kernel's anon_pipe_read"
+            innermost == Some(("__schedule", true)),
+            "the innermost frame is {innermost:?}, not the kernel's __schedule"
         );
         let user = s.user_frames().last().context("no user frame")?;
         check!(
@@ -166,8 +172,10 @@ fn pipe_read_path_and_time() -> Result<()> {
 /// mappings, while it lives.  Its user frames come from the kernel as build id + file
 /// offset, and must still be named at the end of the run: its one interval, of at least
 /// 290 ms and at most the time the child took from spawn to reaping, under the kernel
-/// path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep`, has for innermost user frame
-/// the libc function that makes the nanosleep system call.
+/// path `__x64_sys_clock_nanosleep -> hrtimer_nanosleep -> do_nanosleep -> schedule`
+/// (do_nanosleep() is a `__sched` function, which a walk of a switched-out task, as
+/// /proc/PID/stack, would leave out), has for innermost user frame the libc function
+/// that makes the nanosleep system call.
 fn names_frames_of_exited_process() -> Result<()> {
     let sleep = ["/usr/bin/sleep", "/bin/sleep"]
         .into_iter()
@@ -200,7 +208,12 @@ fn exited_process(sleep: &std::path::Path, comm: &str) -> Result<()> {
     let status = status.context("running sleep")?;
     let took_us = u64::try_from(took.as_micros())?;
     check!(status.success(), "sleep 0.3 failed: {status}");
-    let path = ["__x64_sys_clock_nanosleep", "hrtimer_nanosleep"];
+    let path = [
+        "__x64_sys_clock_nanosleep",
+        "hrtimer_nanosleep",
+        "do_nanosleep",
+        "schedule",
+    ];
     let sleeps: Vec<_> = o
         .stacks
         .stacks

@@ -3,11 +3,15 @@
  * rkf offcputime: how long tasks wait off a cpu, and where, as bcc's offcputime measures it
  * (time from switch-out to switch-in, per task), with every stack delivered: no stack map.
  *
- * At switch-out, the task leaving the cpu is current, so its user stack is taken then and
- * kept with the time in the task's local storage.  At switch-in, the task about to run has
- * not run yet: its kernel stack is still the one it blocked with, and
- * bpf_rkf_get_task_stack() walks it as /proc/PID/stack does, without this program's frames
- * on top.  The record goes to a ring buffer.
+ * At switch-out, the task leaving the cpu is current, so both its stacks are taken then,
+ * as libbpf-tools' offcputime takes them, and kept with the time in the task's local
+ * storage: the kernel stack through perf's callchain walk from this program
+ * (bpf_rkf_get_stack()), which keeps the scheduler's and the locks' own functions
+ * (__schedule(), schedule(), mutex_lock(), do_nanosleep(), ...) that a walk of a task
+ * switched out leaves out (stack_trace_save_tsk(), as /proc/PID/stack), with the
+ * tracing frames above __schedule() on top, which user space cuts off
+ * (user/src/stacks/offcpu.rs).  At switch-in, the interval and the stacks go to a ring
+ * buffer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -37,8 +41,9 @@ struct rkf_offcpu_sample _sample_type = {};
 /* What a task left the cpu with. */
 struct switched_out {
 	__u64 ts;		/* 0: not off a cpu since this program saw it leave */
+	__s32 kernel_ret;
 	__s32 user_ret;
-	__u32 pad;
+	__u64 kernel[MAX_FRAMES];
 	__u8 user[MAX_FRAMES * sizeof(struct bpf_stack_build_id)];
 };
 
@@ -86,6 +91,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 					   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (out) {
 			out->ts = now;
+			out->kernel_ret = want_kernel ?
+				rkf_get_stack(ctx, out->kernel, sizeof(out->kernel), 0) : 0;
 			/* A kernel thread has no user stack: 0 frames, not an error. */
 			out->user_ret = want_user && !(prev->flags & PF_KTHREAD) ?
 				rkf_get_task_stack(prev, out->user, sizeof(out->user),
@@ -113,8 +120,9 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	s->pid = next->pid;
 	s->off_ns = off;
 	bpf_probe_read_kernel_str(s->comm, sizeof(s->comm), next->comm);
-	s->kernel_ret = want_kernel ?
-		rkf_get_task_stack(next, s->kernel, sizeof(s->kernel), 0) : 0;
+	s->kernel_ret = out->kernel_ret;
+	if (out->kernel_ret > 0)
+		bpf_probe_read_kernel(s->kernel, sizeof(s->kernel), out->kernel);
 	s->user_ret = out->user_ret;
 	if (out->user_ret > 0)
 		bpf_probe_read_kernel(s->user, sizeof(s->user), out->user);

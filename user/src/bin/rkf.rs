@@ -78,10 +78,11 @@ enum Cmd {
         /// Only this process (all its threads); the whole system otherwise.
         #[arg(short, long)]
         pid: Option<u32>,
-        /// Only intervals of at least this many microseconds.
+        /// Only intervals of at least this many microseconds (1 or more).
         #[arg(short = 'm', long, value_name = "MIN_US", default_value_t = 1)]
         min_block_time: u64,
-        /// Only intervals of at most this many microseconds.
+        /// Only intervals of at most this many microseconds (whole ones, as bcc's:
+        /// up to 999 ns more).
         #[arg(short = 'M', long, value_name = "MAX_US", default_value_t = u64::MAX / 1000)]
         max_block_time: u64,
         /// Kernel stacks only.

@@ -161,6 +161,15 @@ impl Names {
     /// return addresses and its user `struct bpf_stack_build_id` entries, innermost first.
     /// Called while the run goes on, so that the files of the frames are found while their
     /// processes still run.
+    /// The frames of the kernel stack `ips` (innermost first) from the innermost call of
+    /// function `func` outwards: what a stack taken in a tracing program has above it is
+    /// the tracing machinery's.  All of them if `func` is not among them.
+    pub(super) fn outward_from<'a>(&self, ips: &'a [u64], func: &str) -> &'a [u64] {
+        ips.iter()
+            .position(|&ip| self.kernel_symbolizer.name(ip).as_deref() == Some(func))
+            .map_or(ips, |i| &ips[i..])
+    }
+
     pub(super) fn raw(&mut self, comm: &[u8], tgid: u32, kernel: &[u64], user: &[u8]) -> RawStack {
         let entries: Vec<(i32, BuildId, u64)> = user
             .chunks_exact(BUILD_ID_ENTRY)

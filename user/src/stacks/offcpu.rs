@@ -3,10 +3,12 @@
 //! `rkf offcputime`: time spent off a cpu, by stack, as bcc's offcputime measures it.
 //!
 //! user/bpf/offcputime.bpf.c runs on every `sched_switch` (tp_btf).  A task's off-CPU
-//! interval runs from its switch-out to its next switch-in; at the switch-in, its kernel
-//! stack (the one it blocked or was preempted with) comes from `bpf_rkf_get_task_stack()`,
-//! and its user stack from the switch-out, when it was still current.  Every interval of
-//! at least the minimum length is delivered, weighted by its length in microseconds.
+//! interval runs from its switch-out to its next switch-in; both its stacks are taken at
+//! the switch-out, when it is still current: the kernel stack from the program, with
+//! `bpf_rkf_get_stack()`, cut here to start at `__schedule()` (the caller of the
+//! tracepoint), and the user stack with `bpf_rkf_get_task_stack()`.  Every interval of
+//! at least the minimum length, and at most the maximum, is delivered, weighted by its
+//! length in microseconds.
 
 use std::{
     mem::MaybeUninit,
@@ -32,7 +34,8 @@ pub struct Options {
     pub pid: Option<u32>,
     /// Only intervals at least this long (microseconds).
     pub min_us: u64,
-    /// Only intervals at most this long (microseconds).
+    /// Only intervals at most this long (microseconds, as bcc compares them: up to 999 ns
+    /// longer).
     pub max_us: u64,
     /// Take kernel stacks.
     pub kernel: bool,
@@ -47,6 +50,11 @@ impl Options {
         ensure!(
             self.kernel || self.user,
             "nothing to record: neither kernel nor user stacks"
+        );
+        ensure!(
+            self.min_us > 0,
+            "the minimum interval must be at least 1 us (an interval is weighted in whole \
+             microseconds)"
         );
         ensure!(
             self.min_us <= self.max_us,
@@ -108,7 +116,8 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
         bss.want_kernel = opts.kernel.into();
         bss.want_user = opts.user.into();
         bss.min_ns = opts.min_us * 1000;
-        bss.max_ns = opts.max_us * 1000;
+        // bcc's test, `delta_us > max_us`, in nanoseconds.
+        bss.max_ns = (opts.max_us * 1000).saturating_add(999);
         Ok(())
     })
     .context("the offcputime program (needs CAP_BPF and CAP_PERFMON)")?;
@@ -131,10 +140,11 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
             intervals += 1;
             stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
             let comm = s.comm.map(|c| c as u8);
+            let kernel = names.outward_from(taken(&s.kernel, s.kernel_ret, 8), "__schedule");
             let stack = names.raw(
                 &comm,
                 s.tgid,
-                taken(&s.kernel, s.kernel_ret, 8),
+                kernel,
                 taken(&s.user, s.user_ret, BUILD_ID_ENTRY),
             );
             names::add(&mut raw, stack, s.off_ns / 1000);
