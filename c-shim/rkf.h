@@ -411,7 +411,7 @@ __rkf_safe struct workqueue_struct *rkf_multi_deferred_init(void);
 void rkf_multi_defer(struct workqueue_struct *wq, void *garbage, void (*free)(void *garbage),
 		     bool tasks, bool trace);
 __rkf_safe void rkf_multi_sync(bool tasks, bool trace);
-void rkf_multi_tasks_rcu_qs(void);
+__rkf_safe void rkf_multi_tasks_rcu_qs(void);
 void rkf_multi_deferred_drain(struct workqueue_struct *wq);
 
 /* ---- rkf_testmod (selftests and benchmarks only) ----------------------------------- */

@@ -106,8 +106,10 @@ impl KfuncRegistration {
         set: &'static KfuncSet,
         types: &[ProgType],
     ) -> Result<Self> {
-        // SAFETY: `module` is a `&'static ThisModule`, so its `struct module` is valid; its
-        // `btf_data_size` is set at load, before init (kernel/module/main.c).
+        // SAFETY: this is a loadable module's init (this function's safety contract; the
+        // crates are built only as modules, with -DMODULE), so `module` wraps its
+        // `THIS_MODULE`, a valid `struct module`, not the null pointer of built-in code;
+        // its `btf_data_size` is set at load, before init (kernel/module/main.c).
         let btf_size = unsafe { (*module.as_ptr()).btf_data_size };
         if btf_size == 0 {
             pr_err!("the module has no .BTF section: build it against a kernel tree that has vmlinux (with CONFIG_DEBUG_INFO_BTF_MODULES=y and pahole), or its kfuncs cannot register\n");
@@ -123,9 +125,9 @@ impl KfuncRegistration {
 
         let set = set.as_raw();
         for &t in types {
-            // SAFETY: `set` is a valid, 'static kfunc set owned by `module` (type invariant
-            // of `KfuncSet`), and this runs from module init, as register_btf_kfunc_id_set()
-            // requires (this function's safety contract).
+            // SAFETY: `set` is a valid, 'static kfunc set (type invariant of `KfuncSet`),
+            // defined by the shim of `module`, and this runs from that module's init, as
+            // register_btf_kfunc_id_set() requires (this function's safety contract).
             to_result(unsafe { bindings::register_btf_kfunc_id_set(t.as_raw(), set) })
                 .inspect_err(|e| {
                     pr_err!("cannot register kfuncs for {:?} programs: {:?}\n", t, e);

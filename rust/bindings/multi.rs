@@ -239,7 +239,7 @@ unsafe extern "C" {
     pub safe fn rkf_multi_sync(tasks: bool_, trace: bool_);
 }
 unsafe extern "C" {
-    pub fn rkf_multi_tasks_rcu_qs();
+    pub safe fn rkf_multi_tasks_rcu_qs();
 }
 unsafe extern "C" {
     pub fn rkf_multi_deferred_drain(wq: *mut workqueue_struct);

@@ -156,8 +156,7 @@ impl FtraceOps {
                 done.push_within_capacity(batch).map_err(|_| EINVAL)?;
                 // Before every update, the first included: the one before it may have
                 // been the last of another run (an attach hooks, then moves).
-                // SAFETY: process context, under no lock but the registry's mutex.
-                unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+                rkf_h::rkf_multi_tasks_rcu_qs();
                 let start = Instant::<Monotonic>::now();
                 let (hash, _) = done.last().ok_or(EINVAL)?;
                 if let Err(err) = self.update(op, hash) {
@@ -220,8 +219,7 @@ impl FtraceOps {
                 format_args!("undoing a failed ftrace update"),
                 |e: &Error| *e == ENOMEM,
                 || {
-                    // SAFETY: process context, under no lock but the registry's mutex.
-                    unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+                    rkf_h::rkf_multi_tasks_rcu_qs();
                     match (op, back) {
                         (Update::Hook, _) => self.update(Update::Unhook, hash),
                         (Update::Unhook, _) => self.update(Update::Hook, hash),

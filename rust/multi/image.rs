@@ -124,6 +124,12 @@ unsafe extern "C" fn free_data(data: *mut c_void) {
 
 /// The retired images that count calls in flight: at unload, the ones no call is in any more
 /// are freed, and the others declared dead and left behind (c-shim/rkf_multi_image.c).
+///
+/// # Invariants
+///
+/// There is one, a field of the module state, dropped at unloading or when the module's
+/// init fails after making it, either way after the registry and the deferred frees:
+/// nothing retires an image after it.
 pub(crate) struct ImageDrain {
     _private: (),
 }
@@ -133,18 +139,20 @@ impl ImageDrain {
     ///
     /// # Safety
     ///
-    /// One object, the module state's, dropped at unloading only, after the registry
-    /// and the deferred frees: nothing may retire an image after it.
+    /// One object, the module state's, dropped (at unloading, or when the module's init
+    /// fails) only after the registry and the deferred frees: nothing may retire an image
+    /// after it.
     pub(crate) unsafe fn new() -> Self {
+        // INVARIANT: the caller's guarantee.
         Self { _private: () }
     }
 }
 
 impl Drop for ImageDrain {
     fn drop(&mut self) {
-        // SAFETY: this is rkf_multi's unloading, after its registry and deferred frees
-        // are gone: nothing retires an image any more (the safety contract of
-        // `ImageDrain::new()`).
+        // SAFETY: this is rkf_multi's unloading or failed init, after its registry and
+        // deferred frees are gone: nothing retires an image any more (by the type
+        // invariant).
         unsafe { rkf_h::rkf_multi_image_drain_exit() };
     }
 }
@@ -418,10 +426,9 @@ pub(crate) fn generate(
     for (f, &(at, saved, len, shape)) in funcs.iter().zip(layout.iter()) {
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took
-        // over 10 s under TCG: not in one stretch without an RCU tasks quiescent state.
-        // SAFETY: process context, under no lock but the registry's mutex; no trampoline
-        // code runs here.
-        unsafe { rkf_h::rkf_multi_tasks_rcu_qs() };
+        // over 10 s under TCG: not in one stretch without an RCU tasks quiescent state
+        // (process context, under no lock but the registry's mutex).
+        rkf_h::rkf_multi_tasks_rcu_qs();
         let n = f.progs.len();
         let own = &slots[first_slot..first_slot + n];
         placed.push(

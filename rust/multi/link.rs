@@ -28,7 +28,8 @@ use crate::{
 ///
 /// `targets` is sorted by site (`traces()` searches it) and `stats` has one entry per
 /// target, in the same order; neither is resized after the link is made, as tables and
-/// images point into `stats`.
+/// images point into `stats`.  The counters in `stats` are only ever accessed atomically
+/// (atomic64_inc() in the trampolines, atomic loads here).
 pub(crate) struct Link {
     /// Its id: ids start at 1 and grow, so older links have smaller ones.
     pub(crate) id: u64,
@@ -96,8 +97,8 @@ impl Link {
     /// Target `i` as user space sees it: its function, cookie and counters.
     pub(crate) fn func_info(&self, i: usize) -> FuncInfo {
         let (t, s) = (&self.targets[i], self.stats[i].get());
-        // SAFETY: `s` points to live counters, which are only ever accessed atomically
-        // (atomic64_inc() in the trampolines, the loads here).
+        // SAFETY: `s` points to live counters of `self`, which are only ever accessed
+        // atomically (by the type invariant).
         let (hits, misses) = unsafe {
             (
                 Atomic::<i64>::from_ptr(&raw mut (*s).hits.counter).load(Relaxed),

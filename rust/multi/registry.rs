@@ -245,9 +245,18 @@ impl Registry {
             // Building fails only for want of memory, which is waited out: defensive.
             Err(f) => {
                 pr_err!("detaching link {}: {:?}; it stays attached\n", id, f.err);
-                // Put it back where it was.
+                // Put it back where it was: `remove()` just made its room.  Were that to
+                // fail, the link must still outlive the published table, which names its
+                // program and counters: it is leaked.
                 link.modules = modules;
-                let _ = self.links.insert_within_capacity(pos, link);
+                if let Err(e) = self.links.insert_within_capacity(pos, link) {
+                    pr_err!(
+                        "detaching link {}: cannot put it back; leaked
+",
+                        id
+                    );
+                    core::mem::forget(e);
+                }
                 return;
             }
         };

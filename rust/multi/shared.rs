@@ -21,6 +21,11 @@ pub(crate) fn address_of(tramp: u64) -> u64 {
 /// The module state drops it after the device and the registry: no site calls the
 /// trampoline any more then (but the anchor's, rust/multi/ftrace.rs, which nothing
 /// calls), and no new frame can start.
+///
+/// # Invariants
+///
+/// There is one, a field of the module state, dropped at unloading or when the module's
+/// init fails after making it, either way once no function is hooked any more.
 pub(crate) struct Frames {
     _private: (),
 }
@@ -30,18 +35,20 @@ impl Frames {
     ///
     /// # Safety
     ///
-    /// One object, the module state's, dropped at unloading only once no function is
-    /// hooked any more (after the device and the registry): the wait makes every frame's
-    /// end wake it, which calls functions a link could trace.
+    /// One object, the module state's, dropped (at unloading, or when the module's init
+    /// fails) only once no function is hooked any more (after the device and the
+    /// registry): the wait makes every frame's end wake it, which calls functions a link
+    /// could trace.
     pub(crate) unsafe fn new() -> Self {
+        // INVARIANT: the caller's guarantee.
         Self { _private: () }
     }
 }
 
 impl Drop for Frames {
     fn drop(&mut self) {
-        // SAFETY: this is rkf_multi's unloading, with no function hooked (the safety
-        // contract of `Frames::new()`).
+        // SAFETY: this is rkf_multi's unloading or failed init, with no function hooked
+        // (by the type invariant).
         unsafe { rkf_h::rkf_multi_wait_frames() };
     }
 }

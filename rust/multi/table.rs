@@ -187,7 +187,9 @@ impl Table {
             if f.progs.is_null() {
                 f.progs = progs.as_ptr().wrapping_add(progs.len());
                 for p in new.progs(i, f) {
-                    progs.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
+                    progs
+                        .push_within_capacity(rkf_h::rkf_multi_prog { ..*p })
+                        .map_err(|_| EINVAL)?;
                 }
             }
         }
@@ -324,9 +326,10 @@ impl<'a> New<'a> {
 /// The trampoline of each of `funcs` (with their programs in `new`), for
 /// [`Table::build()`], and the images the generated ones are in, sorted by address.
 /// Points each function that gets a generated trampoline to its slots in its image (and
-/// leaves the others' pointers NULL).  Generation never fails an operation: a function
-/// it fails for (no memory for an image, or rkf_multi_run_prog() out of reach) takes the
-/// shared trampoline.
+/// leaves the others' pointers NULL).  A generation that fails does not fail the
+/// operation: a function it fails for (no memory for an image, or rkf_multi_run_prog() out
+/// of reach) takes the shared trampoline.  Only this function's own bookkeeping fails it,
+/// for want of memory (`ENOMEM`).
 fn trampolines(
     gen: &mut Generation,
     old: Option<&Table>,
