@@ -1748,6 +1748,12 @@ fn funccount_glob() -> Result<()> {
         vfs_read > 0,
         "no vfs_read call counted during {reads} reads"
     );
+    // No vfs_ function runs in interrupts, nor under one of the program's runs.
+    check_eq!(
+        (c.missed, c.unknown),
+        (0, 0),
+        "runs missed, and runs on a function without a counter"
+    );
     check!(
         multi::links()?.is_empty(),
         "a link is left after funccount returned"

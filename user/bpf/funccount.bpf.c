@@ -9,14 +9,15 @@
 #include <bpf/bpf_tracing.h>
 #include "rkf.bpf.h"
 
+/* Sized by user space to the number of functions. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1);
 	__type(key, __u64);
 	__type(value, __u64);
 } counts SEC(".maps");
 
-__u64 unknown;
+__u64 unknown;	/* runs on a function that has no counter */
 
 /* Against rkf_multi_tmpl12(): functions of up to twelve arguments. */
 RKF_MULTI_FENTRY12

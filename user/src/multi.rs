@@ -606,6 +606,11 @@ pub struct FuncCount {
     pub duration: std::time::Duration,
     /// (function, calls), most called first; functions not called are left out.
     pub counts: Vec<(String, u64)>,
+    /// Runs the recursion guard skipped (the link's misses, on all its functions).
+    pub missed: u64,
+    /// Runs on a function not in the counts map: none, unless `bpf_get_func_ip()`
+    /// disagrees with the address attached.
+    pub unknown: u64,
 }
 
 /// Counts calls to every function matching `patterns` for `duration`, through one link.
@@ -617,10 +622,16 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     crate::modules::require("rkf_multi")?;
     // The program reads no argument: it takes functions of up to twelve.
     let resolved = resolve_wide(patterns)?;
+    let nr_funcs = u32::try_from(resolved.funcs.len())
+        .context("more functions than a map can count")?
+        .max(1);
     let mut obj = std::mem::MaybeUninit::uninit();
-    let skel =
-        skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", skeleton::as_built)
-            .context("the funccount program (needs rkf_multi, CAP_BPF and CAP_PERFMON)")?;
+    let skel = skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", |open| {
+        // A counter for each function, and no room for more.
+        open.maps.counts.set_max_entries(nr_funcs)?;
+        Ok(())
+    })
+    .context("the funccount program (needs rkf_multi, CAP_BPF and CAP_PERFMON)")?;
     for f in &resolved.funcs {
         skel.maps
             .counts
@@ -639,6 +650,13 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     let counting = std::time::Instant::now();
     crate::interrupt::wait(duration);
     let duration = counting.elapsed();
+    let missed = link
+        .info()
+        .context("reading the link back")?
+        .funcs
+        .iter()
+        .map(|f| f.misses)
+        .sum();
     drop(link);
     let mut counts = Vec::new();
     for f in &resolved.funcs {
@@ -653,12 +671,20 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
         }
     }
     counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let unknown = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("funccount.bpf.c has no .bss")?
+        .unknown;
     Ok(FuncCount {
         attached,
         skipped: resolved.skipped,
         attach_time,
         duration,
         counts,
+        missed,
+        unknown,
     })
 }
 

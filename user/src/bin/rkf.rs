@@ -295,6 +295,12 @@ fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()>
     if c.counts.len() > top {
         println!("... {} more functions were called", c.counts.len() - top);
     }
+    if c.missed > 0 || c.unknown > 0 {
+        println!(
+            "{} runs missed (recursion), {} runs on a function without a counter",
+            c.missed, c.unknown
+        );
+    }
     Ok(())
 }
 
