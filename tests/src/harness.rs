@@ -126,6 +126,21 @@ where
     Ok(())
 }
 
+/// Fails unless the verifier's `log` of a refused load has a line that says `why`, which
+/// it reports (`what`: the program).
+pub fn verifier_says(log: &str, why: &str, what: &str) -> Result<()> {
+    match log.lines().find(|l| l.contains(why)) {
+        Some(line) => {
+            crate::diag!("{what}: refused: {}", line.trim());
+            Ok(())
+        }
+        None => {
+            let last = log.lines().rev().find(|l| !l.trim().is_empty());
+            anyhow::bail!("{what}: the verifier log should say {why:?}; it ends with {last:?}")
+        }
+    }
+}
+
 /// Loads only the program `prog` of the skeleton of builder `B` (the object `what`), which
 /// the verifier must refuse with `errno`, and returns the verifier's log.
 pub fn load_refused<'obj, B>(

@@ -12,7 +12,7 @@ use libbpf_rs::{Link, ProgramInput, ProgramType};
 
 use crate::{
     check, check_eq, diag,
-    harness::{load_refused, Test},
+    harness::{load_refused, verifier_says, Test},
     skel::{percpu::*, percpu_fail::*, percpu_types::*, percpu_weak::*},
 };
 use rkf::{
@@ -465,21 +465,7 @@ fn load_failing(prog: &str) -> Result<String> {
 }
 
 fn expect_rejected(prog: &str, msg: &str) -> Result<()> {
-    let log = load_failing(prog)?;
-    match log.lines().find(|l| l.contains(msg)) {
-        Some(line) => {
-            diag!("{prog}: rejected: {}", line.trim());
-            Ok(())
-        }
-        None => {
-            let last = log
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            anyhow::bail!("{prog}: the verifier log should say {msg:?}; it ends with {last:?}")
-        }
-    }
+    verifier_says(&load_failing(prog)?, msg, prog)
 }
 
 fn null_check_enforced() -> Result<()> {

@@ -1240,7 +1240,7 @@ const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 /// is_state_visited() in kernel/bpf/states.c returns for it.
 fn upstream_get_stack_rawtp_err() -> Result<()> {
     use crate::{
-        harness::load_refused,
+        harness::{load_refused, verifier_says},
         skel::upstream_get_stack_rawtp_err::UpstreamGetStackRawtpErrSkelBuilder,
     };
 
@@ -1254,13 +1254,7 @@ fn upstream_get_stack_rawtp_err() -> Result<()> {
             prog,
             libc::EINVAL,
         )?;
-        let line = log.lines().find(|l| l.contains(WHY));
-        let last = log.lines().rev().find(|l| !l.trim().is_empty());
-        check!(
-            line.is_some(),
-            "{prog}: the verifier log should say {WHY:?}; it ends with {last:?}"
-        );
-        diag!("{prog}: refused: {}", line.unwrap_or_default().trim());
+        verifier_says(&log, WHY, prog)?;
     }
     Ok(())
 }

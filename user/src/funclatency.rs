@@ -179,13 +179,7 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     let attached_at = Instant::now();
     started();
     crate::interrupt::wait(opts.duration);
-    let missed = link
-        .info()
-        .context("reading the link back")?
-        .funcs
-        .iter()
-        .map(|f| f.misses)
-        .sum();
+    let missed = link.info().context("reading the link back")?.misses();
     let attach_time = link.attach_time;
     drop(link);
     let duration = attached_at.elapsed();

@@ -374,6 +374,13 @@ pub struct LinkInfo {
     pub funcs: Vec<FuncInfo>,
 }
 
+impl LinkInfo {
+    /// Runs the recursion guard skipped, on all its functions.
+    pub fn misses(&self) -> u64 {
+        self.funcs.iter().map(|f| f.misses).sum()
+    }
+}
+
 fn open_device() -> std::io::Result<File> {
     OpenOptions::new().read(true).write(true).open(DEVICE)
 }
@@ -650,13 +657,7 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     let counting = std::time::Instant::now();
     crate::interrupt::wait(duration);
     let duration = counting.elapsed();
-    let missed = link
-        .info()
-        .context("reading the link back")?
-        .funcs
-        .iter()
-        .map(|f| f.misses)
-        .sum();
+    let missed = link.info().context("reading the link back")?.misses();
     drop(link);
     let mut counts = Vec::new();
     for f in &resolved.funcs {

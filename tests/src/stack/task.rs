@@ -407,7 +407,7 @@ pub(super) fn differential() -> Result<()> {
 /// (task_stack_fail.bpf.c): README's "acquire it with `bpf_task_from_pid()` first".
 pub(super) fn untrusted_refused() -> Result<()> {
     use crate::{
-        harness::{load_only, load_refused},
+        harness::{load_only, load_refused, verifier_says},
         skel::task_stack_fail::TaskStackFailSkelBuilder,
     };
 
@@ -421,16 +421,7 @@ pub(super) fn untrusted_refused() -> Result<()> {
         "kfunc_untrusted_task",
         libc::EINVAL,
     )?;
-    let line = log.lines().find(|l| l.contains(WHY));
-    let last = log.lines().rev().find(|l| !l.trim().is_empty());
-    check!(
-        line.is_some(),
-        "the verifier log should say {WHY:?}; it ends with {last:?}"
-    );
-    diag!(
-        "kfunc_untrusted_task: refused: {}",
-        line.unwrap_or_default().trim()
-    );
+    verifier_says(&log, WHY, "kfunc_untrusted_task")?;
     let mut obj = MaybeUninit::uninit();
     load_only::<TaskStackFailSkelBuilder>(&mut obj, WHAT, "helper_untrusted_task")
 }
