@@ -142,7 +142,7 @@ struct rkf_stack_walk {
 	u32 elem_size;
 };
 
-/* Implemented in Rust (rust/stack.rs). */
+/* Implemented in Rust (rust/stack/entry.rs). */
 long rkf_stack_prepare(void *buf, u32 size, u64 flags, bool may_fault,
 		       struct rkf_stack_walk *walk);
 long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_walk *walk, long nr);

@@ -4,8 +4,8 @@
  * bpf_get_task_stack() that are inline or macros in the kernel: the per-cpu pt_regs slots
  * and perf_fetch_caller_regs() of the raw_tp flavour, the callchain taken with preemption
  * disabled, a task's stack walk, and the mmap lock with its irq_work deferred unlock.
- * The rules (flags, sizes, the tail, build ids) are in rust/stack.rs and
- * rust/core/src/stack.rs.
+ * The rules (flags, sizes, the tail, build ids) are in rust/stack/ (entry.rs; mm.rs for
+ * build ids) and rust/core/src/stack.rs.
  *
  * Everything here mirrors kernel/bpf/stackmap.c and kernel/trace/bpf_trace.c so that the
  * kfuncs return byte for byte what the helper returns.

@@ -250,11 +250,7 @@ impl Registry {
                 // program and counters: it is leaked.
                 link.modules = modules;
                 if let Err(e) = self.links.insert_within_capacity(pos, link) {
-                    pr_err!(
-                        "detaching link {}: cannot put it back; leaked
-",
-                        id
-                    );
+                    pr_err!("detaching link {}: cannot put it back; leaked\n", id);
                     core::mem::forget(e);
                 }
                 return;

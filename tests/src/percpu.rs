@@ -498,9 +498,11 @@ fn prog_type_not_registered() -> Result<()> {
 /// every run, armed around 20 sleeps of 1 ms, each followed by 5 ms of spinning, on this
 /// thread only: the fentry and kprobe programs on hrtimer_nanosleep() ran once a sleep,
 /// the three on sched_switch (raw_tp, tp_btf, tracepoint) once for each switch out, the
-/// same number and at least once (a sleep whose timer expired before schedule(), on a
-/// vCPU the host held up, does not switch out), and the perf_event program (cpu-clock
-/// samples of this thread every 200 us) at least once.
+/// same number, at least the switches the kernel counted for the thread between two
+/// readings inside the armed stretch and at most those between two outside it
+/// (/proc/thread-self/status), and the perf_event program (cpu-clock samples of this
+/// thread every 200 us) at least once.  (The kprobe and tracepoint programs would miss a
+/// run where another task held bpf_prog_active on the cpu, in a map syscall: none runs.)
 fn prog_types() -> Result<()> {
     const SLEEPS: u64 = 20;
     const KINDS: [(&str, ProgramType); 6] = [
@@ -546,7 +548,9 @@ fn prog_types() -> Result<()> {
         skel.maps.bss_data.as_deref_mut().context("no .bss")?.armed = on;
         Ok(())
     };
+    let outer = ctxt_switches()?;
     arm(&mut skel, true)?;
+    let inner = ctxt_switches()?;
     for _ in 0..SLEEPS {
         std::thread::sleep(Duration::from_millis(1));
         let t = std::time::Instant::now();
@@ -554,7 +558,9 @@ fn prog_types() -> Result<()> {
             std::hint::spin_loop();
         }
     }
+    let inner = ctxt_switches()? - inner;
     arm(&mut skel, false)?;
+    let outer = ctxt_switches()? - outer;
     drop(perf);
     let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
     for (i, (name, _)) in KINDS.iter().enumerate() {
@@ -576,9 +582,28 @@ fn prog_types() -> Result<()> {
         (raw_tp, raw_tp),
         "runs of the tp_btf and tracepoint programs on sched_switch (the raw_tp one's)"
     );
-    check!(raw_tp > 0, "the sched_switch programs ran");
+    diag!("the thread switched out {inner} times inside the armed stretch, {outer} around it");
+    check!(
+        (inner..=outer).contains(&raw_tp),
+        "the sched_switch programs ran {raw_tp} times; the thread switched out {inner} \
+         times inside the armed stretch, {outer} around it"
+    );
     check!(perf_event > 0, "the perf_event program ran");
     Ok(())
+}
+
+/// The context switches of this thread so far, voluntary and not
+/// (/proc/thread-self/status), which __schedule() counts as it fires sched_switch.
+fn ctxt_switches() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/thread-self/status")?;
+    let count = |key: &str| -> Result<u64> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .with_context(|| format!("no {key} in /proc/thread-self/status"))?;
+        Ok(line.trim().parse()?)
+    };
+    Ok(count("voluntary_ctxt_switches:")? + count("nonvoluntary_ctxt_switches:")?)
 }
 
 /// Reads `spec`, an int field that holds its cpu's number in each cpu's copy, with

@@ -69,8 +69,9 @@ enum Cmd {
     /// Time spent off a cpu, by stack, like bcc's offcputime (needs rkf_stack).
     ///
     /// From each task's switch-out to its switch-in (sched_switch), weighted in
-    /// microseconds: kernel stacks at switch-in with bpf_rkf_get_task_stack(), user stacks
-    /// at switch-out. Without --folded, --svg or --pprof, the folded stacks go to stdout.
+    /// microseconds, with the stacks it left the cpu with: the kernel stack from
+    /// __schedule() outwards, the user stack. Without --folded, --svg or --pprof, the
+    /// folded stacks go to stdout.
     Offcputime {
         /// Seconds to record (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
@@ -358,7 +359,7 @@ fn cmd_links(verbose: bool) -> Result<()> {
     );
     for l in &links {
         let hits: u64 = l.funcs.iter().map(|f| f.hits).sum();
-        let misses: u64 = l.funcs.iter().map(|f| f.misses).sum();
+        let misses = l.misses();
         let kind = l.kind.name();
         table.row([
             l.id.to_string(),

@@ -91,6 +91,8 @@ pub(super) struct Names {
     scanned: HashMap<u32, Instant>,
     /// What each (process, ip) given without a build id was turned into.
     ips: HashMap<(u32, u64), UserAddr>,
+    /// Whether each kernel address looked up is in `__schedule()`.
+    in_schedule: HashMap<u64, bool>,
 }
 
 impl Names {
@@ -108,6 +110,7 @@ impl Names {
             last_scan: None,
             scanned: HashMap::new(),
             ips: HashMap::new(),
+            in_schedule: HashMap::new(),
         })
     }
 
@@ -157,19 +160,23 @@ impl Names {
         }
     }
 
+    /// The frames of the kernel stack `ips` (innermost first) from the innermost one in
+    /// `__schedule()` outwards: what a stack taken in a program on `sched_switch` has above
+    /// it is the tracing machinery's.  All of them if none is in `__schedule()`.  Each
+    /// address is looked up once in a run.
+    pub(super) fn outward_from_schedule<'a>(&mut self, ips: &'a [u64]) -> &'a [u64] {
+        let (symbolizer, known) = (&self.kernel_symbolizer, &mut self.in_schedule);
+        outward_from(ips, |ip| {
+            *known
+                .entry(ip)
+                .or_insert_with(|| symbolizer.name(ip).as_deref() == Some("__schedule"))
+        })
+    }
+
     /// The raw stack of a task of process `tgid` named `comm` (NUL-padded): its kernel
     /// return addresses and its user `struct bpf_stack_build_id` entries, innermost first.
     /// Called while the run goes on, so that the files of the frames are found while their
     /// processes still run.
-    /// The frames of the kernel stack `ips` (innermost first) from the innermost call of
-    /// function `func` outwards: what a stack taken in a tracing program has above it is
-    /// the tracing machinery's.  All of them if `func` is not among them.
-    pub(super) fn outward_from<'a>(&self, ips: &'a [u64], func: &str) -> &'a [u64] {
-        ips.iter()
-            .position(|&ip| self.kernel_symbolizer.name(ip).as_deref() == Some(func))
-            .map_or(ips, |i| &ips[i..])
-    }
-
     pub(super) fn raw(&mut self, comm: &[u8], tgid: u32, kernel: &[u64], user: &[u8]) -> RawStack {
         let entries: Vec<(i32, BuildId, u64)> = user
             .chunks_exact(BUILD_ID_ENTRY)
@@ -333,6 +340,14 @@ impl Names {
     }
 }
 
+/// The frames of `ips` (innermost first) from the innermost one that `is_cut` takes
+/// outwards, or all of them if it takes none.
+fn outward_from(ips: &[u64], mut is_cut: impl FnMut(u64) -> bool) -> &[u64] {
+    ips.iter()
+        .position(|&ip| is_cut(ip))
+        .map_or(ips, |i| &ips[i..])
+}
+
 /// The first `ret` bytes of a stack buffer, in whole entries of `entry` bytes (none for
 /// an error).
 pub(super) fn taken<T>(stack: &[T], ret: i32, entry: usize) -> &[T] {
@@ -343,6 +358,16 @@ pub(super) fn taken<T>(stack: &[T], ret: i32, entry: usize) -> &[T] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outward_from_the_innermost_cut() {
+        let ips = [1u64, 2, 30, 4, 31, 6];
+        assert_eq!(outward_from(&ips, |ip| ip >= 30), &[30, 4, 31, 6]);
+        assert_eq!(outward_from(&ips, |ip| ip == 1), &ips);
+        assert_eq!(outward_from(&ips, |ip| ip == 6), &[6]);
+        assert_eq!(outward_from(&ips, |_| false), &ips);
+        assert!(outward_from(&[], |_| true).is_empty());
+    }
 
     #[test]
     fn taken_whole_entries_only() {

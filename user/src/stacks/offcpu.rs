@@ -140,7 +140,7 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
             intervals += 1;
             stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
             let comm = s.comm.map(|c| c as u8);
-            let kernel = names.outward_from(taken(&s.kernel, s.kernel_ret, 8), "__schedule");
+            let kernel = names.outward_from_schedule(taken(&s.kernel, s.kernel_ret, 8));
             let stack = names.raw(
                 &comm,
                 s.tgid,
