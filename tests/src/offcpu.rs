@@ -27,6 +27,10 @@ pub const TESTS: &[Test] = &[
         name: "offcputime_names_frames_of_exited_process",
         run: names_frames_of_exited_process,
     },
+    Test {
+        name: "offcputime_state_filter",
+        run: state_filter,
+    },
 ];
 
 /// The reader thread's name, its comm in the stacks.
@@ -36,6 +40,14 @@ const READS: u32 = 5;
 const GAP: Duration = Duration::from_millis(100);
 /// Intervals shorter than this are left out (-m).
 const MIN_US: u64 = 20_000;
+/// The reader's kernel path, outermost first.
+const PIPE_READ: [&str; 5] = [
+    "ksys_read",
+    "vfs_read",
+    "anon_pipe_read",
+    "schedule",
+    "__schedule",
+];
 
 /// A thread reads a pipe that another thread writes a byte into every `GAP`: each read
 /// blocks in fs/pipe.c's anon_pipe_read().  Its intervals must come with the kernel path
@@ -46,62 +58,7 @@ const MIN_US: u64 = 20_000;
 /// it.  No stack's intervals take less than the minimum asked for on average (the
 /// recording keeps a sum and a count per stack, not each interval).
 fn pipe_read_path_and_time() -> Result<()> {
-    let (rd, wr): (OwnedFd, OwnedFd) = nix::unistd::pipe().context("pipe")?;
-    let (mut rd, mut wr) = (File::from(rd), File::from(wr));
-    let (go_rd, wait_rd) = mpsc::channel::<()>();
-    let (go_wr, wait_wr) = mpsc::channel::<()>();
-    let reader =
-        thread::Builder::new()
-            .name(READER.into())
-            .spawn(move || -> Result<Duration> {
-                wait_rd.recv()?;
-                let mut blocked = Duration::ZERO;
-                let mut b = [0u8];
-                for _ in 0..READS {
-                    let t = Instant::now();
-                    rd.read_exact(&mut b)?;
-                    blocked += t.elapsed();
-                }
-                Ok(blocked)
-            })?;
-    let writer = thread::spawn(move || -> Result<()> {
-        wait_wr.recv()?;
-        for _ in 0..READS {
-            thread::sleep(GAP);
-            wr.write_all(b"x")?;
-        }
-        Ok(())
-    });
-    let opts = Options {
-        duration: GAP * (READS + 10),
-        pid: Some(std::process::id()),
-        min_us: MIN_US,
-        max_us: u64::MAX / 1000,
-        kernel: true,
-        user: true,
-    };
-    let recorded = offcpu::record_then(&opts, || {
-        // Both wait until the program sees them leave a cpu.
-        let _ = go_rd.send(());
-        let _ = go_wr.send(());
-    });
-    // Without a recording, neither thread was let go: dropping the senders ends them.
-    drop((go_rd, go_wr));
-    let blocked = reader.join().expect("the reader panicked");
-    writer.join().expect("the writer panicked")?;
-    let o = recorded?;
-    let blocked = blocked?;
-    diag!(
-        "{} intervals, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken; the reads took {:?}",
-        o.intervals,
-        o.stacks.len(),
-        o.dropped,
-        o.untracked,
-        o.stack_errors,
-        blocked
-    );
-    check!(o.dropped == 0, "{} intervals dropped", o.dropped);
-    check!(o.untracked == 0, "{} switch-outs untracked", o.untracked);
+    let (o, blocked) = pipe_reads(None)?;
     for (s, c) in &o.stacks.stacks {
         check!(
             c.value >= c.count * MIN_US,
@@ -111,13 +68,7 @@ fn pipe_read_path_and_time() -> Result<()> {
         );
     }
 
-    let path = [
-        "ksys_read",
-        "vfs_read",
-        "anon_pipe_read",
-        "schedule",
-        "__schedule",
-    ];
+    let path = PIPE_READ;
     let (mut off_us, mut intervals) = (0, 0);
     for (s, c) in o.stacks.stacks.iter().filter(|(s, _)| s.comm == READER) {
         diag!(
@@ -167,6 +118,69 @@ fn pipe_read_path_and_time() -> Result<()> {
     Ok(())
 }
 
+/// The recording of [`pipe_read_path_and_time()`]'s reads, with `--state state`, and the
+/// time the reads took; checks that no interval was lost.
+fn pipe_reads(state: Option<u32>) -> Result<(offcpu::OffCpu, Duration)> {
+    let (rd, wr): (OwnedFd, OwnedFd) = nix::unistd::pipe().context("pipe")?;
+    let (mut rd, mut wr) = (File::from(rd), File::from(wr));
+    let (go_rd, wait_rd) = mpsc::channel::<()>();
+    let (go_wr, wait_wr) = mpsc::channel::<()>();
+    let reader =
+        thread::Builder::new()
+            .name(READER.into())
+            .spawn(move || -> Result<Duration> {
+                wait_rd.recv()?;
+                let mut blocked = Duration::ZERO;
+                let mut b = [0u8];
+                for _ in 0..READS {
+                    let t = Instant::now();
+                    rd.read_exact(&mut b)?;
+                    blocked += t.elapsed();
+                }
+                Ok(blocked)
+            })?;
+    let writer = thread::spawn(move || -> Result<()> {
+        wait_wr.recv()?;
+        for _ in 0..READS {
+            thread::sleep(GAP);
+            wr.write_all(b"x")?;
+        }
+        Ok(())
+    });
+    let opts = Options {
+        duration: GAP * (READS + 10),
+        pid: Some(std::process::id()),
+        min_us: MIN_US,
+        max_us: u64::MAX / 1000,
+        state,
+        kernel: true,
+        user: true,
+    };
+    let recorded = offcpu::record_then(&opts, || {
+        // Both wait until the program sees them leave a cpu.
+        let _ = go_rd.send(());
+        let _ = go_wr.send(());
+    });
+    // Without a recording, neither thread was let go: dropping the senders ends them.
+    drop((go_rd, go_wr));
+    let blocked = reader.join().expect("the reader panicked");
+    writer.join().expect("the writer panicked")?;
+    let o = recorded?;
+    let blocked = blocked?;
+    diag!(
+        "{} intervals, {} distinct stacks, {} dropped, {} untracked, {} stacks not taken; the reads took {:?}",
+        o.intervals,
+        o.stacks.len(),
+        o.dropped,
+        o.untracked,
+        o.stack_errors,
+        blocked
+    );
+    check!(o.dropped == 0, "{} intervals dropped", o.dropped);
+    check!(o.untracked == 0, "{} switch-outs untracked", o.untracked);
+    Ok((o, blocked))
+}
+
 /// A child `sleep 0.3`, run through a symbolic link of a name of its own (its comm), runs
 /// and is reaped before the recording's first poll: nothing reads its records, or its
 /// mappings, while it lives.  Its user frames come from the kernel as build id + file
@@ -196,6 +210,7 @@ fn exited_process(sleep: &std::path::Path, comm: &str) -> Result<()> {
         pid: None,
         min_us: 100_000,
         max_us: u64::MAX / 1000,
+        state: None,
         kernel: true,
         user: true,
     };
@@ -242,5 +257,28 @@ fn exited_process(sleep: &std::path::Path, comm: &str) -> Result<()> {
         user.name,
         user.object
     );
+    Ok(())
+}
+
+/// `--state`: the reader of [`pipe_read_path_and_time()`] blocks in TASK_INTERRUPTIBLE
+/// (1, `wait_event_interruptible_exclusive()` in anon_pipe_read()): with `--state 1` all
+/// five of its reads are there, with `--state 2` (TASK_UNINTERRUPTIBLE) none is.
+fn state_filter() -> Result<()> {
+    for (state, want) in [(1, u64::from(READS)), (2, 0)] {
+        let (o, _) = pipe_reads(Some(state))?;
+        let intervals: u64 = o
+            .stacks
+            .stacks
+            .iter()
+            .filter(|(s, _)| s.comm == READER && s.runs_kernel_path(&PIPE_READ))
+            .map(|(_, c)| c.count)
+            .sum();
+        check_eq!(
+            intervals,
+            want,
+            "--state {state}: intervals of {READER} in {}",
+            PIPE_READ.join(" -> ")
+        );
+    }
     Ok(())
 }

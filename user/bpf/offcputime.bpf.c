@@ -65,6 +65,9 @@ __u32 want_kernel;
 __u32 want_user;
 __u64 min_ns;
 __u64 max_ns;
+/* Only tasks whose state (task->__state) was this one as they left, if filter_state. */
+__u32 filter_state;
+__u32 state;
 
 /* Outputs. */
 __u64 dropped;		/* intervals lost to a full ring buffer */
@@ -86,7 +89,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 	struct switched_out *out;
 	__u64 now = bpf_ktime_get_ns(), off;
 
-	if (wanted(prev)) {
+	if (wanted(prev) && (!filter_state || prev->__state == state)) {
 		out = bpf_task_storage_get(&start, prev, NULL,
 					   BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (out) {
@@ -102,6 +105,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev,
 		}
 	}
 
+	/* A task left out as it left has no interval: none began with a state left out. */
 	if (!wanted(next))
 		return 0;
 	out = bpf_task_storage_get(&start, next, NULL, 0);

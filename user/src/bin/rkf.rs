@@ -86,6 +86,10 @@ enum Cmd {
         /// up to 999 ns more).
         #[arg(short = 'M', long, value_name = "MAX_US", default_value_t = u64::MAX / 1000)]
         max_block_time: u64,
+        /// Only tasks that left the cpu in this state (task->__state, as bcc's --state:
+        /// 0 runnable, 1 interruptible sleep, 2 uninterruptible, ...).
+        #[arg(long, value_name = "STATE")]
+        state: Option<u32>,
         /// Kernel stacks only.
         #[arg(short = 'K', long, conflicts_with = "user_only")]
         kernel_only: bool,
@@ -235,6 +239,7 @@ fn main() -> Result<()> {
             pid,
             min_block_time,
             max_block_time,
+            state,
             kernel_only,
             user_only,
             out,
@@ -244,6 +249,7 @@ fn main() -> Result<()> {
                 pid,
                 min_us: min_block_time,
                 max_us: max_block_time,
+                state,
                 kernel: !user_only,
                 user: !kernel_only,
             };

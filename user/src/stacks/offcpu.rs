@@ -37,6 +37,11 @@ pub struct Options {
     /// Only intervals at most this long (microseconds, as bcc compares them: up to 999 ns
     /// longer).
     pub max_us: u64,
+    /// Only intervals of tasks whose state (`task->__state`, a bitmask of
+    /// include/linux/sched.h: 0 runnable, 1 `TASK_INTERRUPTIBLE`, 2
+    /// `TASK_UNINTERRUPTIBLE`, ...) was exactly this as they left the cpu, as bcc's and
+    /// libbpf-tools' `--state` compare it; every state when `None`.
+    pub state: Option<u32>,
     /// Take kernel stacks.
     pub kernel: bool,
     /// Take user stacks.
@@ -118,6 +123,8 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
         bss.min_ns = opts.min_us * 1000;
         // bcc's test, `delta_us > max_us`, in nanoseconds.
         bss.max_ns = (opts.max_us * 1000).saturating_add(999);
+        bss.filter_state = opts.state.is_some().into();
+        bss.state = opts.state.unwrap_or(0);
         Ok(())
     })
     .context("the offcputime program (needs CAP_BPF and CAP_PERFMON)")?;
