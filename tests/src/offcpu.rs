@@ -68,7 +68,6 @@ fn pipe_read_path_and_time() -> Result<()> {
         );
     }
 
-    let path = PIPE_READ;
     let (mut off_us, mut intervals) = (0, 0);
     for (s, c) in o.stacks.stacks.iter().filter(|(s, _)| s.comm == READER) {
         diag!(
@@ -77,7 +76,7 @@ fn pipe_read_path_and_time() -> Result<()> {
             c.count,
             s.folded()
         );
-        if !s.runs_kernel_path(&path) {
+        if !s.runs_kernel_path(&PIPE_READ) {
             continue;
         }
         off_us += c.value;
@@ -100,7 +99,7 @@ fn pipe_read_path_and_time() -> Result<()> {
     check!(
         off_us > 0,
         "no interval of {READER} runs {}",
-        path.join(" -> ")
+        PIPE_READ.join(" -> ")
     );
     check_eq!(
         intervals,

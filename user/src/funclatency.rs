@@ -150,8 +150,7 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     modules::require("rkf_multi")?;
     // The program reads no argument: it takes functions of up to twelve.
     let resolved = multi::resolve_wide(patterns)?;
-    let nr_funcs = u32::try_from(resolved.funcs.len())
-        .map_err(|_| anyhow!("{} functions are too many", resolved.funcs.len()))?;
+    let nr_funcs = resolved.map_entries()?;
     let mut obj = MaybeUninit::uninit();
     let skel = skeleton::load::<FunclatencySkelBuilder>(&mut obj, "funclatency.bpf.c", |open| {
         let bss = open

@@ -100,6 +100,12 @@ impl Resolved {
     pub fn nr_skipped(&self) -> usize {
         self.skipped.values().map(Vec::len).sum()
     }
+
+    /// The entries of a map with one for each function (`max_entries`).
+    pub fn map_entries(&self) -> Result<u32> {
+        u32::try_from(self.funcs.len())
+            .with_context(|| format!("{} functions are too many for a map", self.funcs.len()))
+    }
 }
 
 /// The tracefs directory: where the kernel mounts it (/sys/kernel/tracing), or its old
@@ -629,9 +635,7 @@ pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<Fun
     crate::modules::require("rkf_multi")?;
     // The program reads no argument: it takes functions of up to twelve.
     let resolved = resolve_wide(patterns)?;
-    let nr_funcs = u32::try_from(resolved.funcs.len())
-        .context("more functions than a map can count")?
-        .max(1);
+    let nr_funcs = resolved.map_entries()?;
     let mut obj = std::mem::MaybeUninit::uninit();
     let skel = skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", |open| {
         // A counter for each function, and no room for more.
