@@ -19,6 +19,15 @@
 
 #include "rkf.h"
 
+/*
+ * What the trampolines call on every run is notrace and __no_stack_protector: never
+ * traced, and without a stack canary.
+ * The only object of theirs whose address is taken is a program's run context
+ * (struct bpf_tramp_run_ctx), which the BPF run-context helpers read and write field by
+ * field; a BPF trampoline keeps the same struct in its frame with no canary either.  On
+ * a kernel with CONFIG_STACKPROTECTOR_STRONG (Debian's) a canary costs six instructions
+ * a run.
+ */
 /* ctx[i] is at rbp + RKF_MULTI_FRAME_CTX + 8 * i: the slots the C below indexes. */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
@@ -282,7 +291,8 @@ static __always_inline void rkf_multi_frame_done(void)
  * there, as every link that shared a function with a sleepable program is freed after
  * an RCU tasks trace grace period (rust/multi/registry.rs).
  */
-static notrace void rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
+static notrace __no_stack_protector void
+rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	if (unlikely(READ_ONCE(*p->detached)))
 		return;
@@ -346,9 +356,9 @@ static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u6
  * below six arguments, and gets its value back for the call.  Out of line: functions
  * without sessions do not pay for it.
  */
-static noinline notrace void rkf_multi_sessions_enter(const struct rkf_multi_func *f,
-						      const struct rkf_multi_prog *s,
-						      u64 *ctx, bool any)
+static noinline notrace __no_stack_protector void
+rkf_multi_sessions_enter(const struct rkf_multi_func *f, const struct rkf_multi_prog *s, u64 *ctx,
+			 bool any)
 {
 	u32 i, n = min_t(u32, f->nr_session, RKF_MULTI_MAX_SESSIONS);
 	u64 reg;
@@ -372,9 +382,9 @@ static noinline notrace void rkf_multi_sessions_enter(const struct rkf_multi_fun
  * The exit runs of the session programs @s of function @f that ran on entry, each with
  * the cookie it had there: a session attached since runs from the next call on.
  */
-static noinline notrace void rkf_multi_sessions_exit(const struct rkf_multi_func *f,
-						     const struct rkf_multi_prog *s,
-						     u64 *ctx, bool any)
+static noinline notrace __no_stack_protector void
+rkf_multi_sessions_exit(const struct rkf_multi_func *f, const struct rkf_multi_prog *s, u64 *ctx,
+			bool any)
 {
 	u32 i, k, entered = min_t(u64, RKF_MULTI_NR_SESSIONS(ctx), RKF_MULTI_MAX_SESSIONS);
 
@@ -454,8 +464,8 @@ static __always_inline void rkf_multi_exit(const struct rkf_multi_func *f, u64 *
  * caller.  Returns whether the trampoline must come back for exit runs; the frame then
  * stays in flight.
  */
-static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret_ip,
-						     bool entry, bool in_flight)
+static noinline notrace __no_stack_protector bool
+rkf_multi_run_sleepable(u64 *ctx, unsigned long ret_ip, bool entry, bool in_flight)
 {
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
@@ -502,7 +512,7 @@ static noinline notrace bool rkf_multi_run_sleepable(u64 *ctx, unsigned long ret
  * Return: 1 if the trampoline must call the function and come back for exit runs (a
  * frame is then in flight until rkf_multi_shared_fexit()), 0 otherwise.
  */
-notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
+notrace __no_stack_protector u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
 {
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
@@ -535,7 +545,7 @@ notrace u64 rkf_multi_shared_fentry(u64 *ctx, unsigned long ret_ip)
  * Runs the exit runs the function has now: those of its session programs that ran on
  * entry, then its fexit programs (a link detached meanwhile runs no more).
  */
-notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
+notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
 {
 	const struct rkf_multi_table *t;
 	const struct rkf_multi_func *f;
@@ -580,7 +590,7 @@ notrace void rkf_multi_shared_fexit(u64 *ctx, unsigned long ret_ip)
  * published, and freed only after an RCU grace period after that, so a run that saw it
  * attached ends before its program and counters go.
  */
-notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
+notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	rkf_multi_run_lock();
 	if (likely(!READ_ONCE(*p->detached)))
@@ -602,7 +612,8 @@ notrace void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
  * sleepable program when the image was generated for it, and is freed after an RCU
  * tasks trace grace period (rust/multi/registry.rs).
  */
-notrace void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
+notrace __no_stack_protector void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p,
+							       u64 *ctx)
 {
 	rcu_read_lock_trace();
 	rkf_multi_run_any(p, ctx);
