@@ -100,7 +100,9 @@ impl FtraceOps {
     /// sites and registered again with the next link's, as if there were no anchor.
     fn anchor(&self) {
         if !self.anchored.load(Relaxed) {
-            let hooked = Self::anchor_hash().and_then(|h| self.update(Update::Hook, &h));
+            // SAFETY: the shared trampoline is the module's text, and the anchor's site is
+            // unhooked before the module's text goes (the drop below).
+            let hooked = Self::anchor_hash().and_then(|h| unsafe { self.update(Update::Hook, &h) });
             self.anchored.store(hooked.is_ok(), Relaxed);
         }
     }
@@ -121,7 +123,14 @@ impl FtraceOps {
     ///
     /// Fails with `EINVAL` when a site to hook has another direct trampoline (or, to
     /// unhook, is not rkf_multi's with that trampoline), or `ENOMEM`.
-    fn apply(
+    ///
+    /// # Safety
+    ///
+    /// Every trampoline a site may be pointed to is code that can be called at that site,
+    /// and stays so while the site may call it (until it is moved off or unhooked, and an
+    /// RCU tasks grace period after): those of `tramps` for a hook or a move and, as
+    /// a failure undoes what was done, those the sites have now for a move or an unhook.
+    unsafe fn apply(
         &self,
         op: Update,
         (sites, tramps): &(AreaVec<u64>, AreaVec<u64>),
@@ -159,7 +168,9 @@ impl FtraceOps {
                 rkf_h::rkf_multi_tasks_rcu_qs();
                 let start = Instant::<Monotonic>::now();
                 let (hash, _) = done.last().ok_or(EINVAL)?;
-                if let Err(err) = self.update(op, hash) {
+                // SAFETY: `hash` points the batch's sites to trampolines of `tramps`, which
+                // the caller keeps as the function's contract says.
+                if let Err(err) = unsafe { self.update(op, hash) } {
                     done.pop();
                     return Err(err);
                 }
@@ -174,7 +185,9 @@ impl FtraceOps {
             if let Err(err) = result {
                 return Err(Failed {
                     err,
-                    partial: !self.undo(op, &done),
+                    // SAFETY: `done` puts the sites back on the trampolines they had,
+                    // which the caller keeps as the function's contract says.
+                    partial: !unsafe { self.undo(op, &done) },
                 });
             }
             at = end;
@@ -212,7 +225,13 @@ impl FtraceOps {
     /// a detach waits (rust/multi/registry.rs), so that a lack of memory never leaves a
     /// site changed.  Undoing restores what ftrace had: it fails otherwise only if
     /// ftrace is broken.
-    fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
+    ///
+    /// # Safety
+    ///
+    /// The trampolines the sites of `done` had before it (those of the entries of an
+    /// unhook, and a move's hash back) stay code that can be called at those sites, as
+    /// for [`FtraceOps::apply()`].
+    unsafe fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
         let mut undone = true;
         for (hash, back) in done.iter().rev() {
             let result = wait_out_enomem(
@@ -220,11 +239,15 @@ impl FtraceOps {
                 |e: &Error| *e == ENOMEM,
                 || {
                     rkf_h::rkf_multi_tasks_rcu_qs();
-                    match (op, back) {
-                        (Update::Hook, _) => self.update(Update::Unhook, hash),
-                        (Update::Unhook, _) => self.update(Update::Hook, hash),
-                        (Update::Move, Some(back)) => self.update(Update::Move, back),
-                        (Update::Move, None) => Err(EINVAL),
+                    // SAFETY: an unhook takes sites off; the trampolines of `hash` (a
+                    // hook undone) and of `back` are kept by our caller.
+                    unsafe {
+                        match (op, back) {
+                            (Update::Hook, _) => self.update(Update::Unhook, hash),
+                            (Update::Unhook, _) => self.update(Update::Hook, hash),
+                            (Update::Move, Some(back)) => self.update(Update::Move, back),
+                            (Update::Move, None) => Err(EINVAL),
+                        }
                     }
                 },
             );
@@ -234,10 +257,16 @@ impl FtraceOps {
     }
 
     /// One ftrace update of `op` with the entries of `hash`.
-    fn update(&self, op: Update, hash: &Hash) -> Result {
+    ///
+    /// # Safety
+    ///
+    /// For a hook or a move, the trampoline of each entry of `hash` is code that can be
+    /// called at its site, and stays so while the site may call it (until it is moved off
+    /// or unhooked, and an RCU tasks grace period after).
+    unsafe fn update(&self, op: Update, hash: &Hash) -> Result {
         let ops = self.ops.get();
         // SAFETY: `ops` is ours (type invariant) and `hash` a valid hash that outlives
-        // the call.  Adding and removing copy what ftrace keeps of it; moving lends it to
+        // the call, whose trampolines the caller keeps callable.  Adding and removing copy what ftrace keeps of it; moving lends it to
         // a temporary ops of ftrace's, registered and unregistered within the call
         // (kernel/trace/ftrace.c, update_ftrace_direct_mod()), and nothing reads it
         // after: the kernel's own caller frees its hash the same way
@@ -318,7 +347,8 @@ impl PinnedDrop for FtraceOps {
             if let Err(e) = wait_out_enomem(
                 format_args!("unhooking rkf_multi_anchor at unload"),
                 |e: &Error| *e == ENOMEM,
-                || Self::anchor_hash().and_then(|h| self.update(Update::Unhook, &h)),
+                // SAFETY: an unhook points no site to a trampoline.
+                || Self::anchor_hash().and_then(|h| unsafe { self.update(Update::Unhook, &h) }),
             ) {
                 pr_err!("unhooking rkf_multi_anchor at unload failed: {:?}\n", e);
             }
@@ -433,22 +463,52 @@ impl Updates {
     }
 
     /// Hooks the new sites.
-    pub(crate) fn hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
-        ops.apply(Update::Hook, &self.hook)
+    ///
+    /// # Safety
+    ///
+    /// The new routes' trampolines (of the `new` of [`Updates::between()`]) are code that
+    /// can be called at their sites, and stay so while a site may call them: until it is
+    /// moved off or unhooked, and an RCU tasks grace period after.
+    pub(crate) unsafe fn hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
+        // SAFETY: the sites go to the new routes' trampolines, kept as our contract says;
+        // a failure unhooks them.
+        unsafe { ops.apply(Update::Hook, &self.hook) }
     }
 
     /// Moves the sites whose trampoline changes.
-    pub(crate) fn move_sites(&self, ops: &FtraceOps) -> Result<(), Failed> {
-        ops.apply(Update::Move, &self.moves)
+    ///
+    /// # Safety
+    ///
+    /// As for [`Updates::hook()`], and the old routes' trampolines (of the `old` of
+    /// [`Updates::between()`]) stay so too until this returns: a failure moves the sites
+    /// back to them.
+    pub(crate) unsafe fn move_sites(&self, ops: &FtraceOps) -> Result<(), Failed> {
+        // SAFETY: the sites go to the new routes' trampolines, or back to the old ones
+        // after a failure, kept as our contract says.
+        unsafe { ops.apply(Update::Move, &self.moves) }
     }
 
     /// Unhooks the sites no link holds any more.
-    pub(crate) fn unhook(&self, ops: &FtraceOps) -> Result<(), Failed> {
-        ops.apply(Update::Unhook, &self.unhook)
+    ///
+    /// # Safety
+    ///
+    /// The old routes' trampolines stay code that can be called at their sites until this
+    /// returns: a failure hooks the sites again, to them.
+    pub(crate) unsafe fn unhook(&self, ops: &FtraceOps) -> Result<(), Failed> {
+        // SAFETY: only a failure points sites to trampolines, the old routes', kept as our
+        // contract says.
+        unsafe { ops.apply(Update::Unhook, &self.unhook) }
     }
 
     /// Unhooks the sites [`Updates::hook()`] hooked, after a later step failed.
-    pub(crate) fn undo_hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
-        ops.apply(Update::Unhook, &self.hook)
+    ///
+    /// # Safety
+    ///
+    /// The new routes' trampolines stay code that can be called at their sites until this
+    /// returns: a failure hooks the sites again, to them.
+    pub(crate) unsafe fn undo_hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
+        // SAFETY: only a failure points sites to trampolines, the new routes', kept as our
+        // contract says.
+        unsafe { ops.apply(Update::Unhook, &self.hook) }
     }
 }

@@ -173,7 +173,16 @@ impl Registry {
         // Hook first, and move the functions whose trampoline changes (the shared
         // trampoline finds them in the old table, with their old programs), then publish:
         // functions shared with other links never miss a call.  Attaching unhooks nothing.
-        if let Err(f) = updates.hook(s.ops) {
+        //
+        // The routes' trampolines are in the images of the tables (`Arc<Image>`), or the
+        // shared trampoline in the module's text: the new routes' in `table`'s, the old
+        // routes' in the published table's.  A table goes only into the garbage, which
+        // `free_later()` frees after an RCU tasks grace period (that follows the updates)
+        // wherever an image may go with it (`updates.retired`), or which is kept for good
+        // (`keep_loaded_forever()`); an image whose calls sleep in it is freed only once
+        // they have left (rust/multi/image.rs).
+        // SAFETY: `table` lives until it is published or goes into the garbage, as above.
+        if let Err(f) = unsafe { updates.hook(s.ops) } {
             // Nothing stayed hooked; still, the new sites may have run the new table's
             // trampolines for a while: free them (and the link, whose program and
             // counters they name) only once no task can be running them.
@@ -199,7 +208,8 @@ impl Registry {
             // trampoline since it was checked.
             return Err(if f.err == EINVAL { EBUSY } else { f.err }.into());
         }
-        if let Err(f) = updates.move_sites(s.ops) {
+        // SAFETY: `table` and the published table live on, as above.
+        if let Err(f) = unsafe { updates.move_sites(s.ops) } {
             // The new functions ran the new table's trampolines for a while: those, and
             // the link whose program and counters they name, go once no task runs them.
             let garbage = Garbage {
@@ -207,7 +217,8 @@ impl Registry {
                 _link: self.links.pop(),
             };
             // The new sites are unhooked whatever became of the moves.
-            let unhooked = updates.undo_hook(s.ops);
+            // SAFETY: `table`, in the garbage, is freed only after a grace period, as above.
+            let unhooked = unsafe { updates.undo_hook(s.ops) };
             garbage.mark_detached();
             if f.partial || unhooked.is_err() {
                 pr_err!(
@@ -264,8 +275,13 @@ impl Registry {
         // and no task runs a trampoline it had.
         link.mark_detached();
         let garbage = self.publish(table, Some(link));
-        let moved = until_memory(id, || updates.move_sites(s.ops));
-        let unhooked = until_memory(id, || updates.unhook(s.ops));
+        // SAFETY: the new routes' trampolines are in the published table's images or the
+        // module's text, the old routes' in those of the table in `garbage`, which goes
+        // only through `free_later()` after these updates (and after an RCU tasks grace
+        // period wherever an image may go with it), or is kept for good, as in `commit()`.
+        let moved = until_memory(id, || unsafe { updates.move_sites(s.ops) });
+        // SAFETY: as for the moves.
+        let unhooked = until_memory(id, || unsafe { updates.unhook(s.ops) });
         if moved.is_err() || unhooked.is_err() {
             pr_err!(
                 "detaching link {}: moving {} functions: {:?}, unhooking {}: {:?}; they stay on their trampolines, with the link's program, and rkf_multi and their modules stay loaded\n",
