@@ -33,6 +33,12 @@ use super::{stack::Counts, Frame, Kind, Stack, Stacks};
 use crate::kallsyms::KernelSymbolizer;
 
 const UNKNOWN: &str = "[unknown]";
+/// The frame that stands for a kernel stack the kfunc could not take (a negative
+/// return), as bcc's profile and offcputime name it: the sample or interval still counts,
+/// under it.  (A kernel thread's user stack is taken, and empty.)
+const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
+/// The frame that stands for a user stack the kfunc could not take.
+const MISSED_USER: &str = "[Missed User Stack]";
 /// The kernel's object, as perf names it.
 const KERNEL: &str = "[kernel.kallsyms]";
 /// `BPF_BUILD_ID_SIZE`: build ids are zero-padded to it.
@@ -62,10 +68,10 @@ pub(super) enum UserAddr {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct RawStack {
     comm: Vec<u8>,
-    /// Innermost first.
-    kernel: Vec<u64>,
-    /// Innermost first.
-    user: Vec<UserAddr>,
+    /// Innermost first; `None` where the kfunc failed.
+    kernel: Option<Vec<u64>>,
+    /// Innermost first; `None` where the kfunc failed.
+    user: Option<Vec<UserAddr>>,
 }
 
 /// Raw stacks and their counts, until they are symbolised.
@@ -174,10 +180,28 @@ impl Names {
     }
 
     /// The raw stack of a task of process `tgid` named `comm` (NUL-padded): its kernel
-    /// return addresses and its user `struct bpf_stack_build_id` entries, innermost first.
-    /// Called while the run goes on, so that the files of the frames are found while their
-    /// processes still run.
-    pub(super) fn raw(&mut self, comm: &[u8], tgid: u32, kernel: &[u64], user: &[u8]) -> RawStack {
+    /// return addresses and its user `struct bpf_stack_build_id` entries, innermost first,
+    /// each `None` where the kfunc failed ([`taken()`]).  Called while the run goes on, so
+    /// that the files of the frames are found while their processes still run.
+    pub(super) fn raw(
+        &mut self,
+        comm: &[u8],
+        tgid: u32,
+        kernel: Option<&[u64]>,
+        user: Option<&[u8]>,
+    ) -> RawStack {
+        let user = user.map(|user| self.user_addrs(tgid, user));
+        self.scan_all();
+        RawStack {
+            comm: comm.iter().copied().take_while(|&b| b != 0).collect(),
+            kernel: kernel.map(<[u64]>::to_vec),
+            user,
+        }
+    }
+
+    /// The user frames of process `tgid` from its `struct bpf_stack_build_id` entries,
+    /// made lasting.
+    fn user_addrs(&mut self, tgid: u32, user: &[u8]) -> Vec<UserAddr> {
         let entries: Vec<(i32, BuildId, u64)> = user
             .chunks_exact(BUILD_ID_ENTRY)
             .map(|e| {
@@ -220,7 +244,7 @@ impl Names {
             self.ips
                 .extend(ips.into_iter().map(|ip| (tgid, ip)).zip(found));
         }
-        let user = entries
+        entries
             .iter()
             .map(|&(status, id, off)| match status {
                 STATUS_VALID => {
@@ -232,13 +256,7 @@ impl Names {
                 STATUS_IP => self.ips[&(tgid, off)].clone(),
                 _ => UserAddr::Unknown,
             })
-            .collect();
-        self.scan_all();
-        RawStack {
-            comm: comm.iter().copied().take_while(|&b| b != 0).collect(),
-            kernel: kernel.to_vec(),
-            user,
-        }
+            .collect()
     }
 
     /// Names every frame of `raw`.
@@ -254,7 +272,7 @@ impl Names {
 
         // User frames: the offsets of each file, symbolised together.
         let mut offsets: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
-        for a in raw.keys().flat_map(|r| &r.user) {
+        for a in raw.keys().flat_map(|r| r.user.iter().flatten()) {
             let (file, off) = match a {
                 UserAddr::BuildId(id, off) => match self.files.get(id) {
                     Some(f) => (f.clone(), *off),
@@ -299,7 +317,10 @@ impl Names {
         };
 
         // Kernel frames.
-        let mut addrs: Vec<u64> = raw.keys().flat_map(|r| r.kernel.iter().copied()).collect();
+        let mut addrs: Vec<u64> = raw
+            .keys()
+            .flat_map(|r| r.kernel.iter().flatten().copied())
+            .collect();
         addrs.sort_unstable();
         addrs.dedup();
         let object: Arc<str> = KERNEL.into();
@@ -323,13 +344,7 @@ impl Names {
 
         let mut stacks = Stacks::new(kind);
         for (r, c) in raw {
-            let frames = r
-                .user
-                .iter()
-                .rev()
-                .map(&user_frame)
-                .chain(r.kernel.iter().rev().map(|a| kernel[a].clone()))
-                .collect();
+            let frames = frames(&r, user_frame, |a| kernel[&a].clone());
             let stack = Stack {
                 comm: String::from_utf8_lossy(&r.comm).into_owned(),
                 frames,
@@ -340,6 +355,33 @@ impl Names {
     }
 }
 
+/// The frames of `r`, outermost first: its user frames, then its kernel frames, each
+/// named by `user` or `kernel`, and a placeholder for a part the kfunc failed to take.
+fn frames(
+    r: &RawStack,
+    user: impl Fn(&UserAddr) -> Frame,
+    kernel: impl Fn(u64) -> Frame,
+) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    match &r.user {
+        Some(addrs) => frames.extend(addrs.iter().rev().map(user)),
+        None => frames.push(Frame {
+            name: MISSED_USER.into(),
+            kernel: false,
+            object: UNKNOWN.into(),
+        }),
+    }
+    match &r.kernel {
+        Some(ips) => frames.extend(ips.iter().rev().map(|&a| kernel(a))),
+        None => frames.push(Frame {
+            name: MISSED_KERNEL.into(),
+            kernel: true,
+            object: KERNEL.into(),
+        }),
+    }
+    frames
+}
+
 /// The frames of `ips` (innermost first) from the innermost one that `is_cut` takes
 /// outwards, or all of them if it takes none.
 fn outward_from(ips: &[u64], mut is_cut: impl FnMut(u64) -> bool) -> &[u64] {
@@ -348,11 +390,11 @@ fn outward_from(ips: &[u64], mut is_cut: impl FnMut(u64) -> bool) -> &[u64] {
         .map_or(ips, |i| &ips[i..])
 }
 
-/// The first `ret` bytes of a stack buffer, in whole entries of `entry` bytes (none for
-/// an error).
-pub(super) fn taken<T>(stack: &[T], ret: i32, entry: usize) -> &[T] {
-    let n = usize::try_from(ret).unwrap_or(0) / entry * entry / std::mem::size_of::<T>();
-    &stack[..n.min(stack.len())]
+/// The first `ret` bytes of a stack buffer, in whole entries of `entry` bytes, or `None`
+/// for an error (a negative `ret`).
+pub(super) fn taken<T>(stack: &[T], ret: i32, entry: usize) -> Option<&[T]> {
+    let n = usize::try_from(ret).ok()? / entry * entry / std::mem::size_of::<T>();
+    Some(&stack[..n.min(stack.len())])
 }
 
 #[cfg(test)]
@@ -370,15 +412,74 @@ mod tests {
     }
 
     #[test]
+    fn missed_parts_stand_in_place() {
+        let named = |name: &str, kernel| Frame {
+            name: name.into(),
+            kernel,
+            object: if kernel { KERNEL } else { UNKNOWN }.into(),
+        };
+        let user = |a: &UserAddr| match a {
+            UserAddr::File(f, off) => named(&format!("{f}+{off}"), false),
+            _ => named(UNKNOWN, false),
+        };
+        let kernel = |ip: u64| named(&format!("k{ip}"), true);
+        let raw = |kernel: Option<Vec<u64>>, user: Option<Vec<UserAddr>>| RawStack {
+            comm: b"cat".to_vec(),
+            kernel,
+            user,
+        };
+        let main = || {
+            Some(vec![
+                UserAddr::File("a".into(), 2),
+                UserAddr::File("a".into(), 1),
+            ])
+        };
+        let names = |r: &RawStack| -> Vec<(String, bool)> {
+            frames(r, user, kernel)
+                .into_iter()
+                .map(|f| (f.name.to_string(), f.kernel))
+                .collect()
+        };
+        let want = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+            v.iter().map(|&(n, k)| (n.to_string(), k)).collect()
+        };
+        assert_eq!(
+            names(&raw(Some(vec![3, 4]), main())),
+            want(&[("a+1", false), ("a+2", false), ("k4", true), ("k3", true)])
+        );
+        assert_eq!(
+            names(&raw(None, main())),
+            want(&[("a+1", false), ("a+2", false), (MISSED_KERNEL, true)])
+        );
+        assert_eq!(
+            names(&raw(Some(vec![3]), None)),
+            want(&[(MISSED_USER, false), ("k3", true)])
+        );
+        assert_eq!(
+            names(&raw(None, None)),
+            want(&[(MISSED_USER, false), (MISSED_KERNEL, true)])
+        );
+        // Not taken at all (an empty part) is no miss.
+        assert!(names(&raw(Some(vec![]), Some(vec![]))).is_empty());
+    }
+
+    #[test]
     fn taken_whole_entries_only() {
         let ips = [1u64, 2, 3];
-        assert_eq!(taken(&ips, 16, 8), &[1, 2]);
-        assert_eq!(taken(&ips, 23, 8), &[1, 2]);
-        assert_eq!(taken(&ips, 64, 8), &[1, 2, 3]);
-        assert!(taken(&ips, -14, 8).is_empty());
+        assert_eq!(taken(&ips, 16, 8), Some(&ips[..2]));
+        assert_eq!(taken(&ips, 23, 8), Some(&ips[..2]));
+        assert_eq!(taken(&ips, 64, 8), Some(&ips[..]));
+        assert_eq!(taken(&ips, -14, 8), None);
         let ids = [0u8; 3 * BUILD_ID_ENTRY];
-        assert_eq!(taken(&ids, 2 * 32, BUILD_ID_ENTRY).len(), 64);
-        assert_eq!(taken(&ids, 2 * 32 + 31, BUILD_ID_ENTRY).len(), 64);
-        assert!(taken(&ids, 0, BUILD_ID_ENTRY).is_empty());
+        assert_eq!(
+            taken(&ids, 2 * 32, BUILD_ID_ENTRY).map(<[u8]>::len),
+            Some(64)
+        );
+        assert_eq!(
+            taken(&ids, 2 * 32 + 31, BUILD_ID_ENTRY).map(<[u8]>::len),
+            Some(64)
+        );
+        assert_eq!(taken(&ids, 0, BUILD_ID_ENTRY), Some(&ids[..0]));
+        assert_eq!(taken(&ids, -22, BUILD_ID_ENTRY), None);
     }
 }

@@ -94,7 +94,8 @@ pub struct OffCpu {
     pub dropped: u64,
     /// Switch-outs that found no task storage to keep their time in.
     pub untracked: u64,
-    /// Stacks the kfunc could not take (negative return), kernel and user.
+    /// Stacks the kfunc could not take (negative return), kernel and user: each shows as
+    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc shows them.
     pub stack_errors: u64,
 }
 
@@ -147,7 +148,7 @@ pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<OffCpu> {
             intervals += 1;
             stack_errors += u64::from(s.kernel_ret < 0) + u64::from(s.user_ret < 0);
             let comm = s.comm.map(|c| c as u8);
-            let kernel = names.outward_from_schedule(taken(&s.kernel, s.kernel_ret, 8));
+            let kernel = taken(&s.kernel, s.kernel_ret, 8).map(|k| names.outward_from_schedule(k));
             let stack = names.raw(
                 &comm,
                 s.tgid,

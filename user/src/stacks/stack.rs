@@ -20,17 +20,30 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The frame in a folded line: its name, `;` (the separator) replaced, and kernel
+    /// The frame in a folded line: its name as [`folded_name()`] gives it, and kernel
     /// frames marked `_[k]` as perf's stackcollapse marks them, so that flame graph
     /// palettes and diff tools tell them from user frames.
     pub fn folded(&self) -> String {
-        let name = self.name.replace(';', ":");
+        let name = folded_name(&self.name);
         if self.kernel {
             name + "_[k]"
         } else {
             name
         }
     }
+}
+
+/// `name` as a part of a folded line: `;` (the separator of frames) becomes `:`, and a
+/// control character (a task may name itself "a\nb" with `PR_SET_NAME`, which would
+/// end the line) becomes `?`, as ps(1) shows it.
+fn folded_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect()
 }
 
 /// A stack of one task: its command name, then its frames, outermost first (user frames,
@@ -47,7 +60,7 @@ impl Stack {
     /// The stack as a line of folded stacks, without the count:
     /// `comm;outermost;...;innermost`, kernel frames marked `_[k]`.
     pub fn folded(&self) -> String {
-        let mut line = self.comm.replace(';', ":");
+        let mut line = folded_name(&self.comm);
         for f in &self.frames {
             line.push(';');
             line.push_str(&f.folded());
@@ -218,8 +231,12 @@ mod tests {
         s.add(stack("cat", &[("main", false), ("ksys_read", true)]), 7);
         s.add(stack("cat", &[("main", false), ("ksys_read", true)]), 5);
         s.add(stack("a;b", &[("f;g", false)]), 1);
-        assert_eq!(s.folded(), "a:b;f:g 1\ncat;main;ksys_read_[k] 12\n");
-        assert_eq!(s.len(), 2);
+        s.add(stack("x\ny\tz\u{7f}", &[("k\r", true)]), 3);
+        assert_eq!(
+            s.folded(),
+            "a:b;f:g 1\ncat;main;ksys_read_[k] 12\nx?y?z?;k?_[k] 3\n"
+        );
+        assert_eq!(s.len(), 3);
 
         let mut s = Stacks::new(Kind::OnCpu { period_ns: 10 });
         s.add(stack("cat", &[("ksys_read", true)]), 10);
