@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `rkf funclatency`: calls of a known length are counted once each, in the slot of their
-//! length, with their time.
+//! length in each unit, with their time.
 
 use std::{
     thread,
@@ -30,13 +30,13 @@ const SLEEPER: &str = "rkf-fl-sleep";
 /// Sleeps, each of `SLEEP`.
 const SLEEPS: u32 = 5;
 const SLEEP: Duration = Duration::from_millis(20);
-/// The slot of 16,384 to 32,767 us: where a call of at least 20 ms and under 32.768 ms
-/// is counted in microseconds.
-const SLOT: usize = 14;
+/// Each unit, and the slot where a call of at least 20 ms (`SLEEP`) and under the slot's
+/// end is counted in it: 16,777,216 to 33,554,431 ns, 16,384 to 32,767 us, 16 to 31 ms.
+const UNITS: [(Unit, usize); 3] = [(Unit::Nsecs, 24), (Unit::Usecs, 14), (Unit::Msecs, 4)];
 
-/// A thread sleeps `SLEEPS` times for `SLEEP` (clock_nanosleep(), CLOCK_MONOTONIC,
-/// relative) while funclatency times do_nanosleep() in this process only (`-p` of its
-/// own pid), in microseconds.  Nothing else in the process calls nanosleep(2) meanwhile:
+/// In each unit of [`UNITS`] (`-n`, `-u`, `-m`), one recording: a thread sleeps `SLEEPS`
+/// times for `SLEEP` (clock_nanosleep(), CLOCK_MONOTONIC, relative) while funclatency
+/// times do_nanosleep() in this process only (`-p` of its own pid).  Nothing else in the process calls nanosleep(2) meanwhile:
 /// the runner waits in a join, and funclatency in a futex wait.
 ///
 /// Each call takes at least `SLEEP`: do_nanosleep() arms its timer itself, after the
@@ -44,21 +44,37 @@ const SLOT: usize = 14;
 /// `bpf_ktime_get_ns()` reads too), and returns only once the timer has fired, since no
 /// signal comes to interrupt it (each clock_nanosleep() must return 0).  Each call takes
 /// at most what the thread measured around it on CLOCK_MONOTONIC.  So call `i` is counted
-/// in a slot from [`SLOT`] (20 ms is in 16,384 to 32,767 us) to the slot of the thread's
-/// measurement `i`: slot 14 alone when the wake-up came less than 12.768 ms late, a later
-/// one allowed for a late wake-up on a loaded host, but only as many calls in slots at or
-/// past any slot as there were measurements that reach it.
+/// in a slot from the unit's slot of 20 ms (in microseconds 14, 16,384 to 32,767 us) to
+/// the slot of the thread's measurement `i` in that unit: in microseconds slot 14 alone
+/// when the wake-up came less than 12.768 ms late, a later one allowed for a late wake-up
+/// on a loaded host, but only as many calls in slots at or past any slot as there were
+/// measurements that reach it.
 ///
 /// So: exactly `SLEEPS` calls of do_nanosleep (none of another process that sleeps as
 /// often meanwhile: the pid filter; no early return: no signal), counted in slots the
-/// measurements allow as above and in no slot before 14; in all at least `SLEEPS` x 20 ms
-/// and at most the sum of the thread's measurements; no exit of a function without a
-/// histogram; and no link left once it returns.
+/// measurements allow as above and in no slot before the unit's slot of 20 ms; in all at
+/// least `SLEEPS` x 20 ms and at most the sum of the thread's measurements, and the
+/// report's total that sum in the unit; no exit of a function without a histogram; and
+/// no link left once it returns.
 fn known_latency() -> Result<()> {
     modules::require("rkf_multi")?;
+    for (unit, slot) in UNITS {
+        check_eq!(
+            funclatency::slot_of(u64::try_from(SLEEP.as_nanos())? / unit.ns()),
+            slot,
+            "the slot of {SLEEP:?} in {}",
+            unit.label()
+        );
+        known_latency_in(unit, slot).with_context(|| format!("in {}", unit.label()))?;
+    }
+    Ok(())
+}
+
+/// [`known_latency()`] in `unit`, whose slot of `SLEEP` is `slot`.
+fn known_latency_in(unit: Unit, slot: usize) -> Result<()> {
     let opts = Options {
         duration: Duration::from_millis(100),
-        unit: Unit::Usecs,
+        unit,
         pid: Some(std::process::id()),
     };
     let mut slept: Option<Result<Vec<Duration>>> = None;
@@ -108,9 +124,13 @@ fn known_latency() -> Result<()> {
     );
     let highest: Vec<usize> = slept
         .iter()
-        .map(|d| Ok(funclatency::slot_of(u64::try_from(d.as_micros())?)))
+        .map(|d| {
+            Ok(funclatency::slot_of(
+                u64::try_from(d.as_nanos())? / unit.ns(),
+            ))
+        })
         .collect::<Result<_>>()?;
-    diag!("the measurements allow slots {SLOT} to {highest:?}");
+    diag!("the measurements allow slots {slot} to {highest:?}");
     check_eq!(
         h.slots.iter().sum::<u64>(),
         u64::from(SLEEPS),
@@ -118,12 +138,12 @@ fn known_latency() -> Result<()> {
         h.slots
     );
     check_eq!(
-        h.slots[..SLOT].iter().sum::<u64>(),
+        h.slots[..slot].iter().sum::<u64>(),
         0,
-        "calls of do_nanosleep counted before slot {SLOT} (16384 -> 32767 us): under 20 ms ({:?})",
+        "calls of do_nanosleep counted before slot {slot}: under 20 ms ({:?})",
         h.slots
     );
-    for s in SLOT..SLOTS {
+    for s in slot..SLOTS {
         let counted: u64 = h.slots[s..].iter().sum();
         let allowed = highest.iter().filter(|&&top| top >= s).count();
         check!(
@@ -138,6 +158,17 @@ fn known_latency() -> Result<()> {
         (least..=most).contains(&h.total_ns),
         "do_nanosleep took {} ns in all, not between {least} ns ({SLEEPS} x {SLEEP:?}) and the {most} ns the thread measured",
         h.total_ns
+    );
+    let label = unit.label();
+    let total = format!(
+        "total: {} {label}, count: {SLEEPS}\n",
+        h.total_ns / unit.ns()
+    );
+    let report = l.report(1);
+    check!(
+        report.contains(&format!("     {label:<19} : count")) && report.contains(&total),
+        "the report has no {label} histogram or no \"{}\": {report}",
+        total.trim_end()
     );
     check!(
         multi::links()?.is_empty(),

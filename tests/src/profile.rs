@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `rkf profile`: the library behind the CLI samples a known workload, and its flame graph
-//! names the kernel functions the workload runs.
+//! names the kernel functions the workload runs; a busy process outside `-p` is left out.
 
 use std::{
     fs::File,
     io::Read,
+    process::{Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -28,8 +29,66 @@ pub const TESTS: &[Test] = &[Test {
 /// run `ksys_read -> vfs_read -> read_zero` in the kernel (drivers/char/mem.c: /dev/zero
 /// has a ->read, which vfs_read() prefers to ->read_iter), the folded stacks must mark
 /// those frames `_[k]`, and the SVG must name them (the mark chooses a frame's colour and
-/// is not shown).
+/// is not shown).  Meanwhile a dd(1) process reads /dev/zero as busily: the profile is of
+/// this process only (`-p`), so no sample may be dd's, and dd must have had the cpu time
+/// of at least `OTHER_LEAST_TICKS` samples, or the exclusion was not tried.
 fn flamegraph_names_kernel_function() -> Result<()> {
+    let mut other = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=64k"])
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting dd")?;
+    let dd = other.id();
+    let mut at_start = None;
+    let recorded = record_busy(|| at_start = Some(cpu_ticks(dd)));
+    let at_end = cpu_ticks(dd);
+    other.kill().context("stopping dd")?;
+    other.wait().context("waiting for dd")?;
+    let p = recorded?;
+    let (at_start, at_end) = (at_start.context("the profile did not start")??, at_end?);
+    let ticks = at_end
+        .checked_sub(at_start)
+        .with_context(|| format!("dd's cpu time went back from {at_start} to {at_end} ticks"))?;
+    diag!("dd had {ticks} clock ticks of cpu time while the profile ran");
+    check!(
+        ticks >= OTHER_LEAST_TICKS,
+        "dd had {ticks} clock ticks of cpu time, under {OTHER_LEAST_TICKS}: the exclusion was not tried"
+    );
+    let of_other: Vec<_> = p.stacks.stacks.keys().filter(|s| s.comm == "dd").collect();
+    check!(
+        of_other.is_empty(),
+        "{} stacks of dd, a process outside -p: {:?}",
+        of_other.len(),
+        of_other.first()
+    );
+    check_profile(&p)
+}
+
+/// The least cpu time, in clock ticks (`USER_HZ`, 100 a second), dd must have had while
+/// the profile ran: 0.2 s, 40 samples at 199 Hz.
+const OTHER_LEAST_TICKS: u64 = 20;
+
+/// The user and system time of process `pid` so far, in clock ticks (proc(5):
+/// /proc/PID/stat's utime and stime, the 14th and 15th fields).
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name, the second field, is in parentheses and may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .context("/proc/PID/stat without a command name")?
+        .1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at the third field, the state.
+    let (utime, stime) = (fields.get(11), fields.get(12));
+    match (utime, stime) {
+        (Some(u), Some(s)) => Ok(u.parse::<u64>()? + s.parse::<u64>()?),
+        _ => anyhow::bail!("/proc/{pid}/stat has fewer than 15 fields: {stat}"),
+    }
+}
+
+/// The profile of this process while a thread of it reads /dev/zero; `started` is called
+/// once it samples.
+fn record_busy(started: impl FnOnce()) -> Result<profile::Profile> {
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
         let stop = stop.clone();
@@ -52,13 +111,18 @@ fn flamegraph_names_kernel_function() -> Result<()> {
         user: true,
         include_idle: false,
     };
-    let recorded = profile::record(&opts);
+    let recorded = profile::record_then(&opts, started);
     stop.store(true, Ordering::Relaxed);
     let reads = worker.join().expect("the reader thread panicked")?;
     let p = recorded?;
+    diag!("{reads} reads of 64 KiB");
+    Ok(p)
+}
+
+/// The checks of [`flamegraph_names_kernel_function()`] on the profile of this process.
+fn check_profile(p: &profile::Profile) -> Result<()> {
     diag!(
-        "{} reads of 64 KiB; {} samples, {} distinct stacks, {} dropped, {} stacks not taken",
-        reads,
+        "{} samples, {} distinct stacks, {} dropped, {} stacks not taken",
         p.samples,
         p.stacks.len(),
         p.dropped,

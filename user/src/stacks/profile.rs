@@ -72,7 +72,8 @@ pub struct Profile {
     pub samples: u64,
     /// Samples lost to a full ring buffer.
     pub dropped: u64,
-    /// Stacks the kfunc could not take (negative return), kernel and user.
+    /// Stacks the kfunc could not take (negative return), kernel and user: each shows as
+    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc shows them.
     pub stack_errors: u64,
     /// Cpus sampled.
     pub cpus: usize,
@@ -82,6 +83,12 @@ pub struct Profile {
 ///
 /// Needs the rkf_stack module, CAP_BPF and CAP_PERFMON.
 pub fn record(opts: &Options) -> Result<Profile> {
+    record_then(opts, || ())
+}
+
+/// [`record()`], calling `started` once the program is attached to every cpu: what runs
+/// after that is sampled.
+pub fn record_then(opts: &Options, started: impl FnOnce()) -> Result<Profile> {
     opts.validate()?;
     modules::require("rkf_stack")?;
     let mut obj = MaybeUninit::uninit();
@@ -110,6 +117,7 @@ pub fn record(opts: &Options) -> Result<Profile> {
             .with_context(|| format!("attaching the profile program to cpu {cpu}"))?;
         events.push(link);
     }
+    started();
 
     let period_ns = 1_000_000_000 / opts.frequency;
     let mut raw = RawStacks::new();
