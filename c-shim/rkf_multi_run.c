@@ -19,15 +19,6 @@
 
 #include "rkf.h"
 
-/*
- * What the trampolines call on every run is notrace and __no_stack_protector: never
- * traced, and without a stack canary.
- * The only object of theirs whose address is taken is a program's run context
- * (struct bpf_tramp_run_ctx), which the BPF run-context helpers read and write field by
- * field; a BPF trampoline keeps the same struct in its frame with no canary either.  On
- * a kernel with CONFIG_STACKPROTECTOR_STRONG (Debian's) a canary costs six instructions
- * a run.
- */
 /* ctx[i] is at rbp + RKF_MULTI_FRAME_CTX + 8 * i: the slots the C below indexes. */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_NR_ARGS == 8);	/* ctx[-1] */
 static_assert(RKF_MULTI_FRAME_CTX - RKF_MULTI_FRAME_FUNC_IP == 16);	/* ctx[-2] */
@@ -253,6 +244,13 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
  * their _sleepable_ forms: the caller holds rkf_multi_run_lock(), or RCU tasks trace.
  * A run the recursion guard skips counts in the link's misses on the function and in the
  * program's statistics.
+ *
+ * What the trampolines call to run programs is notrace and __no_stack_protector: never
+ * traced, and without a stack canary.  The only local of theirs whose address is taken
+ * is the run context below (struct bpf_tramp_run_ctx), which the BPF run-context helpers
+ * read and write field by field; a BPF trampoline keeps the same struct in its frame
+ * with no canary either.  On a kernel with CONFIG_STACKPROTECTOR_STRONG (Debian's) a
+ * canary costs six instructions a run.
  */
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
 {
@@ -612,8 +610,8 @@ notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog
  * sleepable program when the image was generated for it, and is freed after an RCU
  * tasks trace grace period (rust/multi/registry.rs).
  */
-notrace __no_stack_protector void rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p,
-							       u64 *ctx)
+notrace __no_stack_protector void
+rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	rcu_read_lock_trace();
 	rkf_multi_run_any(p, ctx);

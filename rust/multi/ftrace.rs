@@ -127,9 +127,11 @@ impl FtraceOps {
     /// # Safety
     ///
     /// Every trampoline a site may be pointed to is code that can be called at that site,
-    /// and stays so while the site may call it (until it is moved off or unhooked, and an
-    /// RCU tasks grace period after): those of `tramps` for a hook or a move and, as
-    /// a failure undoes what was done, those the sites have now for a move or an unhook.
+    /// and stays so while the site may call it and while a call is in it: until the site
+    /// is moved off or unhooked, an RCU tasks grace period after, and, for a trampoline
+    /// that calls the function or runs sleepable programs, until every call that entered
+    /// it has left.  Those are the trampolines of `tramps` for a hook or a move and, as a
+    /// failure undoes what was done, those the sites have now for a move or an unhook.
     unsafe fn apply(
         &self,
         op: Update,
@@ -229,8 +231,7 @@ impl FtraceOps {
     /// # Safety
     ///
     /// The trampolines the sites of `done` had before it (those of the entries of an
-    /// unhook, and a move's hash back) stay code that can be called at those sites, as
-    /// for [`FtraceOps::apply()`].
+    /// unhook, and a move's hash back) are kept as [`FtraceOps::apply()`] says.
     unsafe fn undo(&self, op: Update, done: &[(Hash, Option<Hash>)]) -> bool {
         let mut undone = true;
         for (hash, back) in done.iter().rev() {
@@ -239,8 +240,8 @@ impl FtraceOps {
                 |e: &Error| *e == ENOMEM,
                 || {
                     rkf_h::rkf_multi_tasks_rcu_qs();
-                    // SAFETY: an unhook takes sites off; the trampolines of `hash` (a
-                    // hook undone) and of `back` are kept by our caller.
+                    // SAFETY: undoing a hook unhooks; the trampolines of `hash` (an unhook
+                    // undone) and of `back` (a move undone) are kept by our caller.
                     unsafe {
                         match (op, back) {
                             (Update::Hook, _) => self.update(Update::Unhook, hash),
@@ -261,15 +262,15 @@ impl FtraceOps {
     /// # Safety
     ///
     /// For a hook or a move, the trampoline of each entry of `hash` is code that can be
-    /// called at its site, and stays so while the site may call it (until it is moved off
-    /// or unhooked, and an RCU tasks grace period after).
+    /// called at its site, kept as [`FtraceOps::apply()`] says.
     unsafe fn update(&self, op: Update, hash: &Hash) -> Result {
         let ops = self.ops.get();
         // SAFETY: `ops` is ours (type invariant) and `hash` a valid hash that outlives
-        // the call, whose trampolines the caller keeps callable.  Adding and removing copy what ftrace keeps of it; moving lends it to
-        // a temporary ops of ftrace's, registered and unregistered within the call
-        // (kernel/trace/ftrace.c, update_ftrace_direct_mod()), and nothing reads it
-        // after: the kernel's own caller frees its hash the same way
+        // the call, whose trampolines the caller keeps callable.  Adding and removing
+        // copy what ftrace keeps of it; moving lends it to a temporary ops of ftrace's,
+        // registered and unregistered within the call (kernel/trace/ftrace.c,
+        // update_ftrace_direct_mod()), and nothing reads it after: the kernel's own
+        // caller frees its hash the same way
         // (kernel/bpf/trampoline.c, direct_ops_mod()).
         to_result(unsafe {
             match op {
@@ -467,8 +468,8 @@ impl Updates {
     /// # Safety
     ///
     /// The new routes' trampolines (of the `new` of [`Updates::between()`]) are code that
-    /// can be called at their sites, and stay so while a site may call them: until it is
-    /// moved off or unhooked, and an RCU tasks grace period after.
+    /// can be called at their sites, kept as [`FtraceOps::apply()`] says: while a site may
+    /// call them, and while a call is in them.
     pub(crate) unsafe fn hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
         // SAFETY: the sites go to the new routes' trampolines, kept as our contract says;
         // a failure unhooks them.
@@ -480,8 +481,7 @@ impl Updates {
     /// # Safety
     ///
     /// As for [`Updates::hook()`], and the old routes' trampolines (of the `old` of
-    /// [`Updates::between()`]) stay so too until this returns: a failure moves the sites
-    /// back to them.
+    /// [`Updates::between()`]) are kept so too: a failure moves the sites back to them.
     pub(crate) unsafe fn move_sites(&self, ops: &FtraceOps) -> Result<(), Failed> {
         // SAFETY: the sites go to the new routes' trampolines, or back to the old ones
         // after a failure, kept as our contract says.
@@ -492,8 +492,8 @@ impl Updates {
     ///
     /// # Safety
     ///
-    /// The old routes' trampolines stay code that can be called at their sites until this
-    /// returns: a failure hooks the sites again, to them.
+    /// The old routes' trampolines are kept as for [`Updates::hook()`]: a failure hooks
+    /// the sites again, to them.
     pub(crate) unsafe fn unhook(&self, ops: &FtraceOps) -> Result<(), Failed> {
         // SAFETY: only a failure points sites to trampolines, the old routes', kept as our
         // contract says.
@@ -504,8 +504,8 @@ impl Updates {
     ///
     /// # Safety
     ///
-    /// The new routes' trampolines stay code that can be called at their sites until this
-    /// returns: a failure hooks the sites again, to them.
+    /// The new routes' trampolines are kept as for [`Updates::hook()`]: a failure hooks
+    /// the sites again, to them.
     pub(crate) unsafe fn undo_hook(&self, ops: &FtraceOps) -> Result<(), Failed> {
         // SAFETY: only a failure points sites to trampolines, the new routes', kept as our
         // contract says.

@@ -179,8 +179,9 @@ impl Registry {
         // routes' in the published table's.  A table goes only into the garbage, which
         // `free_later()` frees after an RCU tasks grace period (that follows the updates)
         // wherever an image may go with it (`updates.retired`), or which is kept for good
-        // (`keep_loaded_forever()`); an image whose calls sleep in it is freed only once
-        // they have left (rust/multi/image.rs).
+        // (`keep_loaded_forever()`); an image that counts its calls is freed only once
+        // every call that entered it has left (rust/multi/image.rs), and the shared
+        // trampoline's calls are waited for at unload (`rkf_multi_wait_frames()`).
         // SAFETY: `table` lives until it is published or goes into the garbage, as above.
         if let Err(f) = unsafe { updates.hook(s.ops) } {
             // Nothing stayed hooked; still, the new sites may have run the new table's
@@ -217,7 +218,8 @@ impl Registry {
                 _link: self.links.pop(),
             };
             // The new sites are unhooked whatever became of the moves.
-            // SAFETY: `table`, in the garbage, is freed only after a grace period, as above.
+            // SAFETY: `table`, in the garbage, is freed by `free_later(garbage, true)` after
+            // an RCU tasks grace period, or kept for good if the undo fails, as above.
             let unhooked = unsafe { updates.undo_hook(s.ops) };
             garbage.mark_detached();
             if f.partial || unhooked.is_err() {

@@ -36,8 +36,9 @@ const UNITS: [(Unit, usize); 3] = [(Unit::Nsecs, 24), (Unit::Usecs, 14), (Unit::
 
 /// In each unit of [`UNITS`] (`-n`, `-u`, `-m`), one recording: a thread sleeps `SLEEPS`
 /// times for `SLEEP` (clock_nanosleep(), CLOCK_MONOTONIC, relative) while funclatency
-/// times do_nanosleep() in this process only (`-p` of its own pid).  Nothing else in the process calls nanosleep(2) meanwhile:
-/// the runner waits in a join, and funclatency in a futex wait.
+/// times do_nanosleep() in this process only (`-p` of its own pid).  Nothing else in the
+/// process calls nanosleep(2) meanwhile: the runner waits in a join, and funclatency in a
+/// futex wait.
 ///
 /// Each call takes at least `SLEEP`: do_nanosleep() arms its timer itself, after the
 /// program took the entry time, to expire `SLEEP` after that on CLOCK_MONOTONIC (which

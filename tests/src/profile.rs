@@ -6,7 +6,7 @@
 use std::{
     fs::File,
     io::Read,
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -30,29 +30,44 @@ pub const TESTS: &[Test] = &[Test {
 /// has a ->read, which vfs_read() prefers to ->read_iter), the folded stacks must mark
 /// those frames `_[k]`, and the SVG must name them (the mark chooses a frame's colour and
 /// is not shown).  Meanwhile a dd(1) process reads /dev/zero as busily: the profile is of
-/// this process only (`-p`), so no sample may be dd's, and dd must have had the cpu time
-/// of at least `OTHER_LEAST_TICKS` samples, or the exclusion was not tried.
+/// this process only (`-p`), so no sample may be dd's, and dd must have had at least
+/// `OTHER_LEAST_TICKS` clock ticks of cpu time while the profile sampled, or the
+/// exclusion was not tried.
 fn flamegraph_names_kernel_function() -> Result<()> {
-    let mut other = Command::new("dd")
-        .args(["if=/dev/zero", "of=/dev/null", "bs=64k"])
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting dd")?;
-    let dd = other.id();
-    let mut at_start = None;
-    let recorded = record_busy(|| at_start = Some(cpu_ticks(dd)));
-    let at_end = cpu_ticks(dd);
-    other.kill().context("stopping dd")?;
-    other.wait().context("waiting for dd")?;
+    let other = Reaped(
+        Command::new("dd")
+            .args(["if=/dev/zero", "of=/dev/null", "bs=64k"])
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting dd")?,
+    );
+    let dd = other.0.id();
+    // dd's cpu time once sampling started, and `WINDOW` later: still inside the
+    // `DURATION` of sampling.
+    let mut window = None;
+    let recorded = record_busy(|| {
+        let at_start = cpu_ticks(dd);
+        let later = thread::spawn(move || {
+            thread::sleep(WINDOW);
+            cpu_ticks(dd)
+        });
+        window = Some((at_start, later));
+    });
+    let (at_start, later) = window.context("the profile did not start")?;
+    let at_end = later
+        .join()
+        .expect("the thread reading dd's cpu time panicked");
+    drop(other);
     let p = recorded?;
-    let (at_start, at_end) = (at_start.context("the profile did not start")??, at_end?);
+    let (at_start, at_end) = (at_start?, at_end?);
     let ticks = at_end
         .checked_sub(at_start)
         .with_context(|| format!("dd's cpu time went back from {at_start} to {at_end} ticks"))?;
-    diag!("dd had {ticks} clock ticks of cpu time while the profile ran");
+    diag!("dd had {ticks} clock ticks of cpu time in the first {WINDOW:?} of sampling");
     check!(
         ticks >= OTHER_LEAST_TICKS,
-        "dd had {ticks} clock ticks of cpu time, under {OTHER_LEAST_TICKS}: the exclusion was not tried"
+        "dd had {ticks} clock ticks of cpu time in the first {WINDOW:?} of sampling, under \
+         {OTHER_LEAST_TICKS}: the exclusion was not tried"
     );
     let of_other: Vec<_> = p.stacks.stacks.keys().filter(|s| s.comm == "dd").collect();
     check!(
@@ -64,9 +79,27 @@ fn flamegraph_names_kernel_function() -> Result<()> {
     check_profile(&p)
 }
 
-/// The least cpu time, in clock ticks (`USER_HZ`, 100 a second), dd must have had while
-/// the profile ran: 0.2 s, 40 samples at 199 Hz.
+/// How long the profile samples.
+const DURATION: Duration = Duration::from_secs(2);
+/// The stretch of sampling over which dd's cpu time is measured.
+const WINDOW: Duration = Duration::from_millis(1800);
+/// The least cpu time, in clock ticks (`USER_HZ`, 100 a second on x86), dd must have had
+/// in `WINDOW`: 0.2 s, 40 samples at 199 Hz.
 const OTHER_LEAST_TICKS: u64 = 20;
+
+/// A child process, killed and reaped when dropped (on the way out of a failure too), so
+/// that no busy dd outlives the test.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // It may have exited: only the wait matters then.
+        let _ = self.0.kill();
+        if let Err(e) = self.0.wait() {
+            diag!("dd not reaped: {e}");
+        }
+    }
+}
 
 /// The user and system time of process `pid` so far, in clock ticks (proc(5):
 /// /proc/PID/stat's utime and stime, the 14th and 15th fields).
@@ -105,7 +138,7 @@ fn record_busy(started: impl FnOnce()) -> Result<profile::Profile> {
     };
     let opts = Options {
         frequency: 199,
-        duration: Duration::from_secs(2),
+        duration: DURATION,
         pid: Some(std::process::id()),
         kernel: true,
         user: true,

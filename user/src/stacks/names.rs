@@ -33,9 +33,10 @@ use super::{stack::Counts, Frame, Kind, Stack, Stacks};
 use crate::kallsyms::KernelSymbolizer;
 
 const UNKNOWN: &str = "[unknown]";
-/// The frame that stands for a kernel stack the kfunc could not take (a negative
-/// return), as bcc's profile and offcputime name it: the sample or interval still counts,
-/// under it.  (A kernel thread's user stack is taken, and empty.)
+/// The frame that stands for a kernel stack the kfunc could not take (any negative
+/// return), named as bcc's profile and offcputime name a stack their stack map lost (they
+/// leave out `-EFAULT`, which a stack map gives for no stack): the sample or interval
+/// still counts, under it.  (A kernel thread's user stack is taken, and empty.)
 const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
 /// The frame that stands for a user stack the kfunc could not take.
 const MISSED_USER: &str = "[Missed User Stack]";
@@ -461,6 +462,15 @@ mod tests {
         );
         // Not taken at all (an empty part) is no miss.
         assert!(names(&raw(Some(vec![]), Some(vec![]))).is_empty());
+        // In a folded line, the kernel's placeholder is marked as a kernel frame.
+        let stack = Stack {
+            comm: "cat".into(),
+            frames: frames(&raw(None, None), user, kernel),
+        };
+        assert_eq!(
+            stack.folded(),
+            "cat;[Missed User Stack];[Missed Kernel Stack]_[k]"
+        );
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub struct OffCpu {
     /// Switch-outs that found no task storage to keep their time in.
     pub untracked: u64,
     /// Stacks the kfunc could not take (negative return), kernel and user: each shows as
-    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc shows them.
+    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc names a lost one.
     pub stack_errors: u64,
 }
 

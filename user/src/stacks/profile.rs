@@ -73,7 +73,7 @@ pub struct Profile {
     /// Samples lost to a full ring buffer.
     pub dropped: u64,
     /// Stacks the kfunc could not take (negative return), kernel and user: each shows as
-    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc shows them.
+    /// a `[Missed Kernel Stack]` or `[Missed User Stack]` frame, as bcc names a lost one.
     pub stack_errors: u64,
     /// Cpus sampled.
     pub cpus: usize,
