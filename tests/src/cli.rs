@@ -136,8 +136,8 @@ fn less_than_asked(text: &str, label: &str) -> Result<()> {
 }
 
 /// `rkf funccount -d 600` interrupted once its link is attached and this process read a
-/// file 100 times: it prints its counts (vfs_read among them) and the time it really
-/// counted, and detaches.
+/// file 100 times: it prints a vfs_read row and the time it really counted, and
+/// detaches.
 fn funccount_interrupted() -> Result<()> {
     modules::require("rkf_multi")?;
     check!(
