@@ -61,7 +61,7 @@ fn known_latency() -> Result<()> {
     modules::require("rkf_multi")?;
     for (unit, slot) in UNITS {
         check_eq!(
-            funclatency::slot_of(u64::try_from(SLEEP.as_nanos())? / unit.ns()),
+            slot_in(SLEEP, unit)?,
             slot,
             "the slot of {SLEEP:?} in {}",
             unit.label()
@@ -125,11 +125,7 @@ fn known_latency_in(unit: Unit, slot: usize) -> Result<()> {
     );
     let highest: Vec<usize> = slept
         .iter()
-        .map(|d| {
-            Ok(funclatency::slot_of(
-                u64::try_from(d.as_nanos())? / unit.ns(),
-            ))
-        })
+        .map(|&d| slot_in(d, unit))
         .collect::<Result<_>>()?;
     diag!("the measurements allow slots {slot} to {highest:?}");
     check_eq!(
@@ -176,6 +172,13 @@ fn known_latency_in(unit: Unit, slot: usize) -> Result<()> {
         "a link is left after funclatency returned"
     );
     Ok(())
+}
+
+/// The slot a call of `d` is counted in, in `unit`.
+fn slot_in(d: Duration, unit: Unit) -> Result<usize> {
+    Ok(funclatency::slot_of(
+        u64::try_from(d.as_nanos())? / unit.ns(),
+    ))
 }
 
 /// Sleeps `SLEEPS` times for `SLEEP`, and returns how long each sleep took.

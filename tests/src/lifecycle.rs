@@ -514,8 +514,13 @@ pub(crate) fn pin(tid: i32, cpu: usize) -> Result<()> {
 /// The fields of /proc/self/task/TID/stat from the third, the state, on: they follow the
 /// command's closing parenthesis.
 pub(crate) fn task_stat(tid: i32) -> Result<Vec<String>> {
-    let path = format!("/proc/self/task/{tid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    stat_fields(&format!("/proc/self/task/{tid}/stat"))
+}
+
+/// The fields of a proc(5) stat file (/proc/PID/stat, /proc/PID/task/TID/stat) from the
+/// third, the state, on: field N is at N - 3.
+pub(crate) fn stat_fields(path: &str) -> Result<Vec<String>> {
+    let stat = std::fs::read_to_string(path).with_context(|| path.to_owned())?;
     let (_, rest) = stat
         .rsplit_once(") ")
         .with_context(|| format!("no fields in {path}: {stat}"))?;

@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::{check, diag, harness::Test};
+use crate::{check, diag, harness::Test, lifecycle::stat_fields};
 use rkf::stacks::profile::{self, Options};
 
 pub const TESTS: &[Test] = &[Test {
@@ -104,18 +104,10 @@ impl Drop for Reaped {
 /// The user and system time of process `pid` so far, in clock ticks (proc(5):
 /// /proc/PID/stat's utime and stime, the 14th and 15th fields).
 fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name, the second field, is in parentheses and may hold spaces.
-    let rest = stat
-        .rsplit_once(')')
-        .context("/proc/PID/stat without a command name")?
-        .1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at the third field, the state.
-    let (utime, stime) = (fields.get(11), fields.get(12));
-    match (utime, stime) {
+    let fields = stat_fields(&format!("/proc/{pid}/stat"))?;
+    match (fields.get(14 - 3), fields.get(15 - 3)) {
         (Some(u), Some(s)) => Ok(u.parse::<u64>()? + s.parse::<u64>()?),
-        _ => anyhow::bail!("/proc/{pid}/stat has fewer than 15 fields: {stat}"),
+        _ => anyhow::bail!("the stat of process {pid} has fewer than 15 fields: {fields:?}"),
     }
 }
 
