@@ -24,6 +24,9 @@ struct rec {
 	__u64 ret;
 	__u64 helper_ret;
 	long arg_err;
+	/* What argument 0 points to (8 bytes), where it is a pointer, and the read's error */
+	__u64 pointee;
+	long pointee_err;
 };
 
 /* Inputs: the functions' addresses, as bpf_get_func_ip() returns them. */
@@ -102,6 +105,8 @@ static __always_inline void record(struct rec *r, void *ctx, __u64 *a)
 		if (i < n && bpf_get_func_arg(ctx, i, &r->helper_args[i]))
 			r->arg_err = -1;
 	}
+	/* Fails where argument 0 is no kernel address: the test reads only pointers' */
+	r->pointee_err = bpf_probe_read_kernel(&r->pointee, sizeof(r->pointee), (void *)a[0]);
 }
 
 /* The record of the function hit, or NULL (counted in unknown_ip). */
@@ -203,6 +208,9 @@ struct srec {
 	__u64 nr_args;
 	__u64 attach_cookie;
 	long err;
+	/* As struct rec's, on entry */
+	__u64 pointee;
+	long pointee_err;
 };
 
 struct srec session_recs[MAX_FUNCS];
@@ -239,6 +247,8 @@ int BPF_PROG(multi_session, __u64 a0, __u64 a1, __u64 a2, __u64 a3, __u64 a4, __
 		r->attach_cookie = bpf_get_attach_cookie(ctx);
 		for (int i = 0; i < 6; i++)
 			r->entry_args[i] = a[i];
+		r->pointee_err = bpf_probe_read_kernel(&r->pointee, sizeof(r->pointee),
+						       (void *)a0);
 	} else {
 		__sync_fetch_and_add(&r->exits, 1);
 		if (*cookie == (SESSION_COOKIE ^ ip))

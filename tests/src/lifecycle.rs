@@ -55,6 +55,10 @@ pub const TESTS: &[Test] = &[
         run: || crate::multi::with_shared_only(|| multi_rmmod_in_flight(InFlight::Shared)),
     },
     Test {
+        name: "multi_rmmod_with_shared_fexit_frame_in_flight",
+        run: || crate::multi::with_shared_only(|| multi_rmmod_in_flight(InFlight::SharedFexit)),
+    },
+    Test {
         name: "multi_rmmod_with_fexit_in_flight",
         run: || multi_rmmod_in_flight(InFlight::Fexit),
     },
@@ -78,6 +82,8 @@ enum InFlight {
     /// The shared one (a session program, rkf_multi loaded with `generate=0`): module
     /// text, which rmmod waits for.
     Shared,
+    /// The same, through an fexit program.
+    SharedFexit,
     /// A generated fexit trampoline, BPF text: rmmod leaves it behind, dead.
     Fexit,
     /// A generated session trampoline, the same.
@@ -277,7 +283,8 @@ fn multi_traced_module_pinned() -> Result<()> {
 /// rmmod right after heavy fexit traffic, with a task blocked inside a traced function,
 /// its call in flight.
 ///
-/// Through the shared trampoline (`Shared`: rkf_multi loaded with `generate=0`), the
+/// Through the shared trampoline (`Shared` with a session program, `SharedFexit` with an
+/// fexit one: rkf_multi loaded with `generate=0`), the
 /// unload waits for the task to come back through the trampoline's module text, which
 /// then runs no program, and nothing breaks.
 /// Through a generated fexit or session trampoline (`Fexit`, `Session`), BPF text
@@ -299,7 +306,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
 
     rkf::modules::require(MULTI)?;
     let ko = moddir()?.join(format!("{MULTI}.ko"));
-    let generated = via != InFlight::Shared;
+    let generated = !matches!(via, InFlight::Shared | InFlight::SharedFexit);
     let mut log_since = LogCursor::now()?;
     let event = Arc::new(EventFd::new().context("eventfd")?);
     /// Releases the reader when the test ends, also on failure: a task left blocked in a
@@ -321,7 +328,9 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             InFlight::Shared | InFlight::Session => {
                 rkf::multi::Link::attach(&skel.progs.session0, &read, None)
             }
-            InFlight::Fexit => rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None),
+            InFlight::SharedFexit | InFlight::Fexit => {
+                rkf::multi::Link::attach(&skel.progs.count_fexit3, &read, None)
+            }
         }
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let tramp = if generated {

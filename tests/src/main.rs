@@ -21,6 +21,7 @@ mod percpu;
 mod privilege;
 mod profile;
 mod stack;
+mod upstream;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]

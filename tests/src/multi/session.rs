@@ -15,8 +15,8 @@ use rkf::multi;
 use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
-    attach, check_tramps, reset, run_once, run_testmod_targets, setup, testmod_targets, Tramp,
-    CALLS, NR_COUNTERS, TESTMOD_CALLS,
+    attach, check_arg, check_tramps, reset, run_once, run_testmod_targets, setup, testmod_targets,
+    Tramp, Want, CALLS, NR_COUNTERS, TESTMOD_CALLS,
 };
 use crate::{check, check_eq, diag, skel::multi::types::srec};
 
@@ -109,16 +109,28 @@ fn vmlinux_and_module(tramp: Tramp) -> Result<()> {
         let r = &bss.session_recs[i];
         check_runs(f, r, cookies[i])?;
         let (args, ret) = CALLS[i];
-        for (j, want) in args.iter().enumerate() {
-            if let &Some((bits, w)) = want {
-                let mask = u64::MAX >> (64 - bits);
-                check_eq!(
-                    r.entry_args[j] & mask,
-                    w,
-                    "{}: argument {j} on entry",
-                    f.name
-                );
-                check_eq!(r.exit_args[j] & mask, w, "{}: argument {j} on exit", f.name);
+        for (j, &want) in args.iter().enumerate() {
+            let (entry, exit) = (r.entry_args[j], r.exit_args[j]);
+            let (pointee, err) = (r.pointee, r.pointee_err);
+            check_arg(
+                &format!("{} on entry", f.name),
+                j,
+                want,
+                entry,
+                pointee,
+                err,
+            )?;
+            match want {
+                // Read through on entry only: the same pointer on exit.
+                Want::ZeroedLocal(_) => {
+                    check_eq!(
+                        exit,
+                        entry,
+                        "{}: argument {j} on exit against entry",
+                        f.name
+                    )
+                }
+                Want::Val(..) => check_arg(&format!("{} on exit", f.name), j, want, exit, 0, 0)?,
             }
         }
         // bpf_fentry_test*() return int, compared at that type (as in fexit_ret()).

@@ -384,8 +384,9 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
     Ok(())
 }
 
-/// A sleepable program on a function that may not sleep is refused, EINVAL naming it,
-/// with nothing attached; the same set takes a non-sleepable program.
+/// A sleepable program (fentry.s, fexit.s or fsession.s) on a function that may not
+/// sleep is refused, EINVAL naming it, with nothing attached; the same set takes a
+/// non-sleepable program.
 pub(super) fn sleepable_refusals() -> Result<()> {
     let mut funcs = targets()?;
     let mut r = multi::resolve(&["bpf_fentry_test1"])?;
@@ -397,6 +398,7 @@ pub(super) fn sleepable_refusals() -> Result<()> {
     for (what, prog) in [
         ("fentry.s", &skel.progs.sleepable_fentry),
         ("fexit.s", &skel.progs.sleepable_fexit),
+        ("fsession.s", &skel.progs.sleepable_session),
     ] {
         for (set, bad) in [(&funcs[..], 1), (&funcs[1..2], 0)] {
             let e = match Link::attach(prog, set, None) {
@@ -429,7 +431,7 @@ pub(super) fn sleepable_refusals() -> Result<()> {
 /// The attach storm with sleepable programs: permanent links count exactly the calls a
 /// thread makes of two syscalls, fentry.s and fexit.s ones on getsid(2) and a
 /// non-sleepable fexit on both, while another thread attaches and detaches overlapping
-/// links (fentry.s, fexit.s and a non-sleepable fentry, one cycle in a hundred also
+/// links (fentry.s, fexit.s, a non-sleepable fentry and fsession.s, one cycle in a hundred also
 /// hooking and unhooking two more syscalls).  So getpgid(2) keeps changing between a
 /// function with sleepable programs, whose table is freed after an RCU tasks trace grace
 /// period, and one without, whose table is not: a call that looked it up in one and finds
@@ -448,7 +450,7 @@ pub(super) fn sleepable_storm() -> Result<()> {
 fn shared_sleepable_storm() -> Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    let cycles = super::storm_cycles();
+    let cycles = super::storm::storm_cycles();
     let funcs = storm_targets()?;
     let called = &funcs[..2];
     let sleepable = &funcs[1..2];
@@ -467,6 +469,7 @@ fn shared_sleepable_storm() -> Result<()> {
         skel.progs.sleepable_fentry.as_fd(),
         skel.progs.sleepable_fexit.as_fd(),
         skel.progs.plain_fentry.as_fd(),
+        skel.progs.sleepable_session.as_fd(),
     ];
     let runs = AtomicU64::new(0);
     let done = AtomicBool::new(false);
@@ -482,7 +485,7 @@ fn shared_sleepable_storm() -> Result<()> {
                 runs.fetch_add(1, Ordering::Relaxed);
             }
         });
-        let result = super::churn(&churn, &funcs, called.len(), cycles, 0x51ee_9ab1);
+        let result = super::storm::churn(&churn, &funcs, called.len(), cycles, 0x51ee_9ab1);
         done.store(true, Ordering::Relaxed);
         caller.join().expect("the caller thread panicked");
         result

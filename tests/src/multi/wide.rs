@@ -25,7 +25,7 @@ use super::{
     attach, check_tramps, load, load_testmod, run_testmod_targets, Masked, Tramp, TESTMOD_CALLS,
 };
 use crate::{
-    check_eq,
+    check_eq, diag,
     skel::{
         multi_testmod::MultiTestmodSkel,
         multi_wide::{types::wide_rec, MultiWideSkel, MultiWideSkelBuilder},
@@ -327,4 +327,90 @@ fn wide_targets(tramp: Tramp) -> Result<()> {
         check_rec("tail-called fentry", t, &bss.wide_recs[TAIL][i], None)?;
     }
     Ok(())
+}
+
+/// The churn of the generated attach storm (`storm::generated_storm()`): in each of
+/// `cycles` cycles, a link of the fentry, fexit or session program (in turn) on a
+/// reproducible random subset (seeded with `seed`) of rkf_testmod's targets, each with
+/// its index as its cookie, is attached, run once and detached; every hundredth cycle
+/// checks that the chosen targets are called through generated trampolines.  Each chosen
+/// target must run the link's program exactly once (twice for the session, on entry and
+/// on exit), with every argument, return value and cookie as in `wide_targets()`, and
+/// no other target and no other kind may run at all.  Returns how many links it attached
+/// (an empty subset attaches none).
+pub(super) fn churn(cycles: usize, seed: u64) -> Result<usize> {
+    let targets = targets()?;
+    let mut tobj = MaybeUninit::uninit();
+    let tm = load_testmod(&mut tobj)?;
+    let mut wobj = MaybeUninit::uninit();
+    let mut wskel =
+        skeleton::load::<MultiWideSkelBuilder>(&mut wobj, "multi_wide.bpf.c", skeleton::as_built)?;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut attached = 0;
+    let start = std::time::Instant::now();
+    for cycle in 0..cycles {
+        if cycle % 100 == 0 {
+            diag!("cycle {cycle} at {:.1} s", start.elapsed().as_secs_f64());
+        }
+        let x = rng.u32(..);
+        let chosen: Vec<bool> = (0..targets.len()).map(|i| x & (1 << i) != 0).collect();
+        let (funcs, cookies): (Vec<Func>, Vec<u64>) = targets
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| chosen[i])
+            .map(|(i, t)| (t.func.clone(), i as u64))
+            .unzip();
+        if funcs.is_empty() {
+            continue;
+        }
+        // The record kinds the link's program writes.
+        let (prog, kinds) = match cycle % 3 {
+            0 => (&wskel.progs.wide_fentry, &[FENTRY][..]),
+            1 => (&wskel.progs.wide_fexit, &[FEXIT][..]),
+            _ => (
+                &wskel.progs.wide_session,
+                &[SESSION_ENTRY, SESSION_EXIT][..],
+            ),
+        };
+        let link = attach(prog, &funcs, Some(&cookies))?;
+        attached += 1;
+        if cycle % 100 == 0 {
+            check_tramps(&funcs, Tramp::Generated, &format!("cycle {cycle}"))?;
+        }
+        run(&tm, &mut wskel)?;
+        let recs = &wskel.maps.bss_data.as_deref().context("no .bss")?.wide_recs;
+        for (i, t) in targets.iter().enumerate() {
+            for kind in [FENTRY, FEXIT, SESSION_ENTRY, SESSION_EXIT] {
+                let want = u64::from(chosen[i] && kinds.contains(&kind));
+                check_eq!(
+                    recs[kind][i].hits,
+                    want,
+                    "cycle {cycle}: runs of record kind {kind} on {}",
+                    t.func.name
+                );
+            }
+            if !chosen[i] {
+                continue;
+            }
+            let what = format!("cycle {cycle}:");
+            match kinds {
+                [FENTRY] => check_rec(&what, t, &recs[FENTRY][i], None)?,
+                [FEXIT] => check_rec(&what, t, &recs[FEXIT][i], Some(t.ret))?,
+                _ => {
+                    let (entry, exit) = (&recs[SESSION_ENTRY][i], &recs[SESSION_EXIT][i]);
+                    check_rec(&what, t, entry, Some((ALL, 0)))?;
+                    check_rec(&what, t, exit, Some(t.ret))?;
+                    check_eq!(entry.cookie, 0, "{what} {}: cookie on entry", t.func.name);
+                    check_eq!(
+                        exit.cookie,
+                        SESSION_COOKIE | i as u64,
+                        "{what} {}: cookie on exit",
+                        t.func.name
+                    );
+                }
+            }
+        }
+        drop(link);
+    }
+    Ok(attached)
 }

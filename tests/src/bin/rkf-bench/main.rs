@@ -14,6 +14,8 @@ mod kmem;
 mod multi;
 mod percpu;
 mod stack;
+#[path = "../../upstream.rs"]
+mod upstream;
 
 mod skel {
     #![allow(clippy::all, missing_docs, non_camel_case_types)]
