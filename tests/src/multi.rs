@@ -321,7 +321,8 @@ fn check_arg(
         }
         ZeroedLocal(bits) => {
             check_eq!(i, 0, "{what}: the argument the programs read through");
-            // x86-64's kernel half: bits 63 to 47 set (4-level paging; 5-level too).
+            // x86-64's kernel half under 4-level paging: bits 63 to 47 set (the VM boots
+            // with no5lvl, scripts/vm.sh; 5-level paging sets bits 63 to 56 only).
             check_eq!(
                 arg >> 47,
                 0x1_ffff,
@@ -1061,8 +1062,8 @@ impl Drop for ReadOnly {
 
 /// An in-kernel fentry trampoline on a function, and then upstream's tracing_multi link
 /// on it, makes rkf_multi refuse it (EBUSY, named, with its holder), a glob leave it out
-/// (counted as busy) and attach the rest, and the reverse: an in-kernel attach to an
-/// rkf_multi function fails, and neither breaks the other.
+/// (counted as busy) and attach the rest, and, for the in-kernel fentry, the reverse: an
+/// in-kernel attach to an rkf_multi function fails, and neither breaks the other.
 fn coexistence() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
