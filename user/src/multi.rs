@@ -122,14 +122,18 @@ pub fn tracefs() -> Result<PathBuf> {
 /// tracing_multi's), as ftrace's `enabled_functions` shows them, each (`name`, or
 /// `name [module]`) with the holder's symbol; rkf_multi's own trampolines are left out.
 pub fn direct_holders() -> Result<HashMap<String, String>> {
-    Ok(parse_direct_holders(&enabled_functions()?))
+    Ok(holders(direct_callers()?))
 }
 
 /// Every function with a direct caller, rkf_multi's own trampolines (`rkf_multi_tramp`,
 /// the shared one; `rkf_multi_image_<n>`, generated) included, each with the caller's
-/// symbol.
+/// symbol ([`parse_direct_callers()`], its ends resolved by [`resolve_ends()`]).
 pub fn direct_callers() -> Result<HashMap<String, String>> {
-    Ok(parse_direct_callers(&enabled_functions()?))
+    let mut callers = parse_direct_callers(&enabled_functions()?);
+    if callers.values().any(|c| c.contains('+')) {
+        resolve_ends(&mut callers, &Kallsyms::load()?);
+    }
+    Ok(callers)
 }
 
 /// The text of ftrace's `enabled_functions`: every function ftrace has hooked, a line
@@ -141,16 +145,22 @@ pub fn enabled_functions() -> Result<String> {
     std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// [`direct_holders()`] of the text of `enabled_functions`.
-pub fn parse_direct_holders(text: &str) -> HashMap<String, String> {
-    let mut out = parse_direct_callers(text);
-    out.retain(|_, sym| !sym.starts_with("rkf_multi_"));
-    out
+/// The direct callers of [`direct_callers()`] that are not rkf_multi's.
+pub fn holders(mut callers: HashMap<String, String>) -> HashMap<String, String> {
+    callers.retain(|_, sym| !sym.starts_with("rkf_multi_") || sym.contains('+'));
+    callers
 }
 
 /// [`direct_callers()`] of the text of `enabled_functions` (kernel/trace/ftrace.c
 /// `t_show()`): a line per function, `name [module] (count) flags`, the direct caller on
 /// a line of its own after it, `\tdirect-->symbol+offset/size`.
+///
+/// A caller at the very end of a symbol (`offset` equal to `size`) is given as
+/// `symbol+offset`: it is the first byte of whatever follows, which `%pS` names by the
+/// symbol before it when both are BPF text (the BPF ksym tree counts a symbol's end as
+/// its own, for return addresses after a final call: `bpf_tree_comp()` in
+/// kernel/bpf/core.c), as a BPF trampoline allocated right after an rkf_multi image in a
+/// pack.  [`resolve_ends()`] names it.
 pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
     let mut out = HashMap::new();
     let mut current: Option<&str> = None;
@@ -164,15 +174,48 @@ pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
                     continue;
                 }
                 let target = &rest[arrow + 3..];
-                let sym = target.split(['+', ' ']).next().unwrap_or(target);
-                if !sym.is_empty() {
-                    out.insert(name.to_string(), sym.to_string());
+                let target = target.split(' ').next().unwrap_or(target);
+                let (sym, at) = target.split_once('+').unwrap_or((target, ""));
+                if sym.is_empty() {
+                    continue;
                 }
+                let at_end = at
+                    .split_once('/')
+                    .filter(|(offset, size)| offset == size && *offset != "0x0");
+                let caller = match at_end {
+                    Some((offset, _)) => format!("{sym}+{offset}"),
+                    None => sym.to_string(),
+                };
+                out.insert(name.to_string(), caller);
             }
             None => current = line.find(" (").map(|i| &line[..i]),
         }
     }
     out
+}
+
+/// Names the callers [`parse_direct_callers()`] gave as `symbol+offset` (the end of
+/// `symbol`) by the function that starts there in `ksyms`; one with no function there
+/// stays as it is.
+pub fn resolve_ends(callers: &mut HashMap<String, String>, ksyms: &Kallsyms) {
+    for caller in callers.values_mut() {
+        let Some((sym, offset)) = caller.split_once('+') else {
+            continue;
+        };
+        let Some(offset) = offset
+            .strip_prefix("0x")
+            .and_then(|o| u64::from_str_radix(o, 16).ok())
+        else {
+            continue;
+        };
+        let start = ksyms
+            .symbols()
+            .iter()
+            .find(|s| s.name == sym && s.is_text());
+        if let Some(next) = start.and_then(|s| ksyms.function_at(s.addr + offset)) {
+            *caller = next.name.clone();
+        }
+    }
 }
 
 /// The lines of available_filter_functions in order (`name` for vmlinux, `name [module]`
@@ -726,7 +769,7 @@ mod tests {
                     vfs_read (2) R            \ttramp: 0xffffffffc0a01000 (function_trace_call+0x0/0x80) ->ftrace_ops_list_func+0x0/0x1a0\n\
                     foo [mod] (1)      D       \n\
                     \tdirect(jmp)-->bpf_trampoline_77+0x0/0x1000 [bpf]\n";
-        let h = super::parse_direct_holders(text);
+        let h = super::holders(super::parse_direct_callers(text));
         assert_eq!(h.len(), 2, "{h:?}");
         assert_eq!(h["bpf_fentry_test1"], "bpf_trampoline_6442531112");
         assert_eq!(h["foo [mod]"], "bpf_trampoline_77");
@@ -734,5 +777,38 @@ mod tests {
         assert_eq!(c.len(), 4, "{c:?}");
         assert_eq!(c["bpf_fentry_test2"], "rkf_multi_tramp");
         assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_7");
+    }
+
+    /// A caller at the very end of a BPF symbol is whatever starts there: a BPF
+    /// trampoline right after an rkf_multi image (seen in a VM run: `%pS` named it
+    /// `rkf_multi_image_1350+0xc0/0xc0`), or an rkf_multi image right after another.
+    #[test]
+    fn direct_callers_at_a_symbol_end() {
+        let text = "bpf_fentry_test1 (1) R   D   M \ttramp: ftrace_regs_caller+0x0/0x58 (call_direct_funcs+0x0/0x30)\n\
+                    \tdirect-->rkf_multi_image_1350+0xc0/0xc0\n\
+                    bpf_fentry_test2 (1)      D       \n\
+                    \tdirect(jmp)-->rkf_multi_image_7+0x40/0x40 [bpf]\n\
+                    bpf_fentry_test3 (1)      D       \n\
+                    \tdirect-->rkf_multi_image_9+0x40/0x40 [bpf]\n";
+        let mut c = super::parse_direct_callers(text);
+        assert_eq!(c["bpf_fentry_test1"], "rkf_multi_image_1350+0xc0");
+        assert_eq!(c["bpf_fentry_test2"], "rkf_multi_image_7+0x40");
+        // Unresolved, an end is no rkf_multi trampoline of its own: a holder.
+        assert_eq!(super::holders(c.clone()).len(), 3);
+        let ksyms = crate::kallsyms::Kallsyms::parse(
+            "ffffffffa0001000 t rkf_multi_image_1350\t[bpf]\n\
+             ffffffffa00010c0 t bpf_trampoline_6442490163\t[bpf]\n\
+             ffffffffa0002000 t rkf_multi_image_7\t[bpf]\n\
+             ffffffffa0002040 t rkf_multi_image_8\t[bpf]\n",
+        )
+        .unwrap();
+        super::resolve_ends(&mut c, &ksyms);
+        assert_eq!(c["bpf_fentry_test1"], "bpf_trampoline_6442490163");
+        assert_eq!(c["bpf_fentry_test2"], "rkf_multi_image_8");
+        // Nothing starts at the end of rkf_multi_image_9 here: it stays.
+        assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_9+0x40");
+        let h = super::holders(c);
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h["bpf_fentry_test1"], "bpf_trampoline_6442490163");
     }
 }
