@@ -141,13 +141,14 @@ vm-test-distro: selftests-package-distro
 # the distro boot's by the return instruction, which every other test there runs.  The
 # call-depth boot keeps it: there generation calls the kernel's accounting helpers for
 # each function (where an RCU tasks stall was found), and its 43,094 functions took
-# 420 s on this machine, up to about 800 s on CI's: hence the longer timeout.
+# 420 s on this machine, up to about 800 s on CI's: hence the longer timeouts, which
+# also leave room for the generated attach storm (1,000 cycles, 3 to 7 minutes a boot).
 MITIGATIONS_LEFT_OUT := multi_ioctl_fuzz,multi_attach_detach_allocation_failures
 vm-test-mitigations: selftests-package-distro
-	scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
 		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_ \
 		-x $(MITIGATIONS_LEFT_OUT),multi_attach_everything_fentry_fexit
-	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_ \
 		-x $(MITIGATIONS_LEFT_OUT)
