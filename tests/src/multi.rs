@@ -2140,7 +2140,11 @@ fn ioctl_fuzz() -> Result<()> {
                             *seen.entry(code).or_insert(0u64) += 1;
                             // Sometimes read it back, with a random buffer.
                             let attached = cmd == abi::IOC_ATTACH && code == 0;
-                            if attached && prog < PROGS {
+                            if attached {
+                                check!(
+                                    prog < PROGS && prog != NEVER,
+                                    "fd {prog_fd} (entry {prog} of the fds) attached"
+                                );
                                 attached_by[prog] += 1;
                             }
                             if rng.u64(..4) == 0 {

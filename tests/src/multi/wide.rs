@@ -332,8 +332,8 @@ fn wide_targets(tramp: Tramp) -> Result<()> {
 /// The churn of the generated attach storm (`storm::generated_storm()`): in each of
 /// `cycles` cycles, a link of the fentry, fexit or session program (in turn) on a
 /// reproducible random subset (seeded with `seed`) of rkf_testmod's targets, each with
-/// its index as its cookie, is attached, run once and detached; every hundredth cycle
-/// checks that the chosen targets are called through generated trampolines.  Each chosen
+/// its index as its cookie, is attached, run once and detached; the first link and every
+/// hundredth after it are checked to be called through generated trampolines.  Each chosen
 /// target must run the link's program exactly once (twice for the session, on entry and
 /// on exit), with every argument, return value and cookie as in `wide_targets()`, and
 /// no other target and no other kind may run at all.  Returns how many links it attached
@@ -374,13 +374,14 @@ pub(super) fn churn(cycles: usize, seed: u64) -> Result<usize> {
         };
         let link = attach(prog, &funcs, Some(&cookies))?;
         attached += 1;
-        if cycle % 100 == 0 {
+        // The first link, then every hundredth.
+        if attached % 100 == 1 {
             check_tramps(&funcs, Tramp::Generated, &format!("cycle {cycle}"))?;
         }
         run(&tm, &mut wskel)?;
         let recs = &wskel.maps.bss_data.as_deref().context("no .bss")?.wide_recs;
         for (i, t) in targets.iter().enumerate() {
-            for kind in [FENTRY, FEXIT, SESSION_ENTRY, SESSION_EXIT] {
+            for kind in [FENTRY, FEXIT, SESSION_ENTRY, SESSION_EXIT, TAIL] {
                 let want = u64::from(chosen[i] && kinds.contains(&kind));
                 check_eq!(
                     recs[kind][i].hits,
