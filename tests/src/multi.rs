@@ -1073,37 +1073,9 @@ fn coexistence() -> Result<()> {
             .plain_fentry
             .attach()
             .context("in-kernel fentry on bpf_fentry_test1")?;
-        let e = Link::attach(&skel.progs.count_fentry0, &funcs[..3], None)
-            .err()
-            .context("rkf_multi attached over an in-kernel trampoline")?;
-        diag!("rkf_multi over BPF: {e}");
-        check_eq!(e.errno, libc::EBUSY, "errno");
-        check_eq!(
-            e.refused,
-            Some((0, Reason::Busy)),
-            "the function refused and why"
-        );
-        check!(
-            e.message.contains(": bpf_trampoline_"),
-            "the refusal names the holder: {}",
-            e.message
-        );
+        let _g = refused_and_left_out(&skel, &funcs, "an in-kernel trampoline")?;
         // The rest attaches.
         let _l = attach(&skel.progs.count_fentry0, &funcs[1..3], None)?;
-        // A glob leaves the function out, counted with its reason, and attaches the rest.
-        let r = multi::resolve(&["bpf_fentry_test*"])?;
-        let busy = r.skipped.get(&multi::Skip::Rule(Reason::Busy));
-        check_eq!(
-            busy.map(Vec::as_slice),
-            Some(&["bpf_fentry_test1".to_string()][..]),
-            "functions a glob left out as another trampoline's: {:?}",
-            r.skipped
-        );
-        check!(
-            r.funcs.iter().all(|f| f.name != "bpf_fentry_test1"),
-            "the glob kept bpf_fentry_test1"
-        );
-        let _g = attach(&skel.progs.count_fentry1, &r.funcs, None)?;
         let bss = run_once(&mut skel)?;
         check_eq!(
             bss.counts[0][..3],
@@ -1127,39 +1099,7 @@ fn coexistence() -> Result<()> {
     {
         let prog = upstream::empty_tracing_prog(upstream::TRACE_FENTRY_MULTI, 0)?;
         let _tracing_multi = upstream::tracing_multi_link(&prog, &[funcs[0].btf_id])?;
-        let e = Link::attach(&skel.progs.count_fentry0, &funcs[..3], None)
-            .err()
-            .context("rkf_multi attached over a tracing_multi link")?;
-        diag!("rkf_multi over tracing_multi: {e}");
-        check_eq!(e.errno, libc::EBUSY, "errno beside tracing_multi");
-        check_eq!(
-            e.refused,
-            Some((0, Reason::Busy)),
-            "the function refused beside tracing_multi, and why"
-        );
-        if !e.message.contains(": bpf_trampoline_") {
-            // What ftrace shows of the function (its `direct-->` line names the holder).
-            let text = multi::enabled_functions()?;
-            let lines: Vec<&str> = text.lines().collect();
-            for (i, l) in lines.iter().enumerate() {
-                if l.starts_with("bpf_fentry_test1 ") {
-                    diag!("enabled_functions: {l:?}, then {:?}", lines.get(i + 1));
-                }
-            }
-            bail!(
-                "the refusal does not name tracing_multi's trampoline: {}",
-                e.message
-            );
-        }
-        let r = multi::resolve(&["bpf_fentry_test*"])?;
-        let busy = r.skipped.get(&multi::Skip::Rule(Reason::Busy));
-        check_eq!(
-            busy.map(Vec::as_slice),
-            Some(&["bpf_fentry_test1".to_string()][..]),
-            "functions a glob left out as tracing_multi's: {:?}",
-            r.skipped
-        );
-        let _g = attach(&skel.progs.count_fentry1, &r.funcs, None)?;
+        let _g = refused_and_left_out(&skel, &funcs, "a tracing_multi link")?;
         let bss = run_once(&mut skel)?;
         let glob: Vec<u64> = (0..funcs.len()).map(|i| u64::from(i > 0)).collect();
         check_eq!(
@@ -1196,6 +1136,50 @@ fn coexistence() -> Result<()> {
     );
     check_eq!(bss.plain_runs, 0, "runs of the refused in-kernel fentry");
     Ok(())
+}
+
+/// With another direct trampoline (`beside`) on bpf_fentry_test1 (`funcs[0]`): an
+/// rkf_multi attach naming it is refused (EBUSY, the function and why, the holder's
+/// `bpf_trampoline_<n>` in the message), and a glob leaves it out, counted as busy, and
+/// attaches the rest (count_fentry1's link, returned).
+fn refused_and_left_out(skel: &MultiSkel<'_>, funcs: &[Func], beside: &str) -> Result<Link> {
+    let e = Link::attach(&skel.progs.count_fentry0, &funcs[..3], None)
+        .err()
+        .with_context(|| format!("rkf_multi attached beside {beside}"))?;
+    diag!("rkf_multi beside {beside}: {e}");
+    check_eq!(e.errno, libc::EBUSY, "errno beside {beside}");
+    check_eq!(
+        e.refused,
+        Some((0, Reason::Busy)),
+        "the function refused beside {beside}, and why"
+    );
+    if !e.message.contains(": bpf_trampoline_") {
+        // What ftrace shows of the function (its `direct-->` line names the holder).
+        let text = multi::enabled_functions()?;
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.starts_with("bpf_fentry_test1 ") {
+                diag!("enabled_functions: {l:?}, then {:?}", lines.get(i + 1));
+            }
+        }
+        bail!(
+            "the refusal beside {beside} does not name the holder: {}",
+            e.message
+        );
+    }
+    let r = multi::resolve(&["bpf_fentry_test*"])?;
+    let busy = r.skipped.get(&multi::Skip::Rule(Reason::Busy));
+    check_eq!(
+        busy.map(Vec::as_slice),
+        Some(&["bpf_fentry_test1".to_string()][..]),
+        "functions a glob left out beside {beside}: {:?}",
+        r.skipped
+    );
+    check!(
+        r.funcs.iter().all(|f| f.name != "bpf_fentry_test1"),
+        "the glob kept bpf_fentry_test1 beside {beside}"
+    );
+    attach(&skel.progs.count_fentry1, &r.funcs, None)
 }
 
 /// BPF_PROG_TEST_RUN by fd, for threads.
