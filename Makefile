@@ -122,13 +122,14 @@ lint: kernel-test
 # crawl (fentry on 22,340 functions took 140 s to attach, and an fexit attach beside it
 # on every function had not finished after 5 minutes).  The README's Tests section says so.
 vm-test: selftests-package-test
-	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2700} scripts/vm.sh test --out build/vm/vm-test -- \
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-3600} scripts/vm.sh test --out build/vm/vm-test -- \
 		tests/guest-selftests.sh -x multi_attach_everything_fentry_fexit
 
 # Every test but the allocation failures, which need the kernel's fault injection:
 # Debian's config has CONFIG_FAULT_INJECTION off, the test kernel has it (test.config).
 vm-test-distro: selftests-package-distro
-	scripts/vm.sh distro --out build/vm/vm-test-distro -- tests/guest-selftests.sh \
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --out build/vm/vm-test-distro -- \
+		tests/guest-selftests.sh \
 		-x multi_attach_detach_allocation_failures
 
 # rkf_multi's selftests on the distro kernel under cpu models that make it turn on a
@@ -141,17 +142,20 @@ vm-test-distro: selftests-package-distro
 # the distro boot's by the return instruction, which every other test there runs.  The
 # call-depth boot keeps it: there generation calls the kernel's accounting helpers for
 # each function (where an RCU tasks stall was found), and its 43,094 functions took
-# 420 s on this machine, up to about 800 s on CI's: hence the longer timeouts, which
-# also leave room for the generated attach storm (1,000 cycles, 3 to 7 minutes a boot).
+# 420 s on this machine, up to about 800 s on CI's: hence the longer timeouts.  The
+# storms run a fifth of the distro boot's cycles there (--storm-cycles; the generated
+# storm 100 instead of 500): every cycle runs the same trampoline code, and the
+# generated storm's 1,000 cycles took 5 to 8 minutes of each boot.
 MITIGATIONS_LEFT_OUT := multi_ioctl_fuzz,multi_attach_detach_allocation_failures
+MITIGATIONS_STORM := --storm-cycles 2000
 vm-test-mitigations: selftests-package-distro
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
 		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_ \
-		-x $(MITIGATIONS_LEFT_OUT),multi_attach_everything_fentry_fexit
+		-x $(MITIGATIONS_LEFT_OUT),multi_attach_everything_fentry_fexit $(MITIGATIONS_STORM)
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_ \
-		-x $(MITIGATIONS_LEFT_OUT)
+		-x $(MITIGATIONS_LEFT_OUT) $(MITIGATIONS_STORM)
 
 selftests-package: selftests-package-test selftests-package-distro
 selftests-package-test: modules-test modules-distro user

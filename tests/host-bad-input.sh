@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=32
+planned=35
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
@@ -75,6 +75,14 @@ expect_fail kdir_other_gcc "KDIR was built with gcc $other_gcc \(x86_64-linux-gn
 other_toolchain 's/^CONFIG_CLANG_VERSION=.*/CONFIG_CLANG_VERSION=170006/; s/^CONFIG_CC_VERSION_TEXT=.*/CONFIG_CC_VERSION_TEXT="Debian clang version 17.0.6 (5)"/'
 expect_fail kdir_other_clang "KDIR was built with clang 17 \(Debian clang version 17\.0\.6 \(5\)\); this host's clang is [0-9.]+: install clang-17" \
 	make -s -C "$root" modules KDIR="$tmp/t"
+# The kselftest runner refuses a storm of no cycles and a test name that names nothing,
+# before it runs anything.
+selftests=$root/target/release/rkf-selftests
+expect_fail selftests_zero_storm_cycles "invalid value '0' for '--storm-cycles <N>': 0 is not in 1\.\.=1000000" \
+	"$selftests" --storm-cycles 0
+expect_fail selftests_bad_storm_cycles "invalid value 'x' for '--storm-cycles <N>'" "$selftests" --storm-cycles x
+expect_fail selftests_unknown_test "-t: no test is named, or has a name starting with, rkf_nope" \
+	"$selftests" -t rkf_nope
 # rkf profile refuses options that cannot sample, before it needs any module.
 rkf=$root/target/release/rkf
 expect_fail profile_zero_frequency "frequency must be 1 to 10000 Hz, not 0" "$rkf" profile -F 0

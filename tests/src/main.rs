@@ -111,6 +111,11 @@ struct Args {
     /// several.  A NAME that matches no test fails the run.
     #[arg(short = 'x', long = "except", value_name = "NAME")]
     except: Option<String>,
+    /// Attach and detach cycles of the rkf_multi storm tests (default 10,000, or 500 on a
+    /// kernel with kmemleak); the storm through generated trampolines makes a twentieth of
+    /// them.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    storm_cycles: Option<u64>,
 }
 
 fn all_tests() -> Vec<&'static harness::Test> {
@@ -146,6 +151,9 @@ fn main() {
             }
         }
         return;
+    }
+    if let Some(n) = args.storm_cycles {
+        multi::set_storm_cycles(n as usize);
     }
     harness::capture_libbpf_log();
     std::process::exit(harness::run(

@@ -128,12 +128,22 @@ pub fn direct_holders() -> Result<HashMap<String, String>> {
 /// Every function with a direct caller, rkf_multi's own trampolines (`rkf_multi_tramp`,
 /// the shared one; `rkf_multi_image_<n>`, generated) included, each with the caller's
 /// symbol ([`parse_direct_callers()`], its ends resolved by [`resolve_ends()`]).
+///
+/// The symbol an end is given by can be freed between the read of `enabled_functions` and
+/// that of `/proc/kallsyms` (an image retired after its grace period, just below the one
+/// that follows it): then both are read again, for up to 10 s, until every end resolves.
 pub fn direct_callers() -> Result<HashMap<String, String>> {
-    let mut callers = parse_direct_callers(&enabled_functions()?);
-    if callers.values().any(|c| c.contains('+')) {
-        resolve_ends(&mut callers, &Kallsyms::load()?);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut callers = parse_direct_callers(&enabled_functions()?);
+        if !callers.values().any(|c| c.contains('+'))
+            || resolve_ends(&mut callers, &Kallsyms::load()?) == 0
+            || std::time::Instant::now() >= deadline
+        {
+            return Ok(callers);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Ok(callers)
 }
 
 /// The text of ftrace's `enabled_functions`: every function ftrace has hooked, a line
@@ -196,8 +206,10 @@ pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
 
 /// Names the callers [`parse_direct_callers()`] gave as `symbol+offset` (the end of
 /// `symbol`) by the function that starts there in `ksyms`; one with no function there
-/// stays as it is.
-pub fn resolve_ends(callers: &mut HashMap<String, String>, ksyms: &Kallsyms) {
+/// stays as it is.  Returns how many stayed because `ksyms` has no `symbol` (freed since
+/// the callers were read).
+pub fn resolve_ends(callers: &mut HashMap<String, String>, ksyms: &Kallsyms) -> usize {
+    let mut gone = 0;
     for caller in callers.values_mut() {
         let Some((sym, offset)) = caller.split_once('+') else {
             continue;
@@ -208,14 +220,19 @@ pub fn resolve_ends(callers: &mut HashMap<String, String>, ksyms: &Kallsyms) {
         else {
             continue;
         };
-        let start = ksyms
+        let Some(start) = ksyms
             .symbols()
             .iter()
-            .find(|s| s.name == sym && s.is_text());
-        if let Some(next) = start.and_then(|s| ksyms.function_at(s.addr + offset)) {
+            .find(|s| s.name == sym && s.is_text())
+        else {
+            gone += 1;
+            continue;
+        };
+        if let Some(next) = ksyms.function_at(start.addr + offset) {
             *caller = next.name.clone();
         }
     }
+    gone
 }
 
 /// The lines of available_filter_functions in order (`name` for vmlinux, `name [module]`
@@ -569,10 +586,12 @@ impl Link {
                 let message = match refused {
                     Some((i, Reason::Busy)) => {
                         let name = funcs[i].qualified_name();
-                        let holder = direct_holders()
-                            .ok()
-                            .and_then(|h| h.get(&name).cloned())
-                            .map_or_else(String::new, |h| format!(": {h}"));
+                        // The holder's name only adds to the refusal: a failed read
+                        // of enabled_functions is said, not made the error.
+                        let holder = match direct_holders() {
+                            Ok(h) => h.get(&name).map_or_else(String::new, |h| format!(": {h}")),
+                            Err(err) => format!(" (its holder unknown: {err:#})"),
+                        };
                         format!(
                             "rkf_multi refused {name}: {}{holder} ({e})",
                             Reason::Busy.describe()
@@ -802,11 +821,19 @@ mod tests {
              ffffffffa0002040 t rkf_multi_image_8\t[bpf]\n",
         )
         .unwrap();
-        super::resolve_ends(&mut c, &ksyms);
+        // rkf_multi_image_9 is not in kallsyms (freed since enabled_functions was read):
+        // its end stays, counted.
+        assert_eq!(super::resolve_ends(&mut c, &ksyms), 1);
         assert_eq!(c["bpf_fentry_test1"], "bpf_trampoline_6442490163");
         assert_eq!(c["bpf_fentry_test2"], "rkf_multi_image_8");
-        // Nothing starts at the end of rkf_multi_image_9 here: it stays.
         assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_9+0x40");
+        // Nothing starts at the end of a symbol still there: it stays, not counted.
+        let mut end = std::collections::HashMap::from([(
+            "f".to_string(),
+            "rkf_multi_image_8+0x40".to_string(),
+        )]);
+        assert_eq!(super::resolve_ends(&mut end, &ksyms), 0);
+        assert_eq!(end["f"], "rkf_multi_image_8+0x40");
         let h = super::holders(c);
         assert_eq!(h.len(), 2, "{h:?}");
         assert_eq!(h["bpf_fentry_test1"], "bpf_trampoline_6442490163");

@@ -71,9 +71,10 @@ impl Request {
     }
 }
 
-/// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..5, link B an fentry
-/// (`count_fentry0`) on bpf_fentry_test3..9: three functions shared, whose generated
-/// trampolines change, four hooked anew.
+/// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..3, link B an fentry
+/// (`count_fentry0`) on bpf_fentry_test2..5: two functions shared, whose generated
+/// trampolines change (and bpf_fentry_test1's with them: it alone would keep A's image),
+/// two hooked anew; bpf_fentry_test6..9, called by each run, in no link.
 pub(super) struct Fentry<'o> {
     skel: MultiSkel<'o>,
     layout: Layout,
@@ -85,8 +86,9 @@ impl<'o> Fentry<'o> {
         let (skel, funcs) = crate::multi::setup(obj)?;
         let layout = Layout {
             funcs,
-            a_end: 5,
-            b_start: 2,
+            a_end: 3,
+            b_start: 1,
+            b_end: 5,
         };
         let b = Request::new(layout.b(), None);
         Ok(Self { skel, layout, b })
@@ -120,10 +122,11 @@ impl Case for Fentry<'_> {
     }
 }
 
-/// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..5, link B a session
-/// (`multi_session`) on bpf_fentry_test3..9 and rkf_testmod's four test targets of up to
-/// six arguments, through rkf_testmod's BTF: the link holds a reference on rkf_testmod,
-/// which every failed attach and every detach must give back.
+/// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..3, link B a session
+/// (`multi_session`) on bpf_fentry_test2..3 and the first two of rkf_testmod's four test
+/// targets of up to six arguments, through rkf_testmod's BTF: the link holds a reference
+/// on rkf_testmod, which every failed attach and every detach must give back.  The other
+/// two targets, called by each run, are in no link.
 pub(super) struct ModuleSession<'o> {
     skel: MultiSkel<'o>,
     testmod: MultiTestmodSkel<'o>,
@@ -138,6 +141,7 @@ impl<'o> ModuleSession<'o> {
         tobj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
     ) -> Result<Self> {
         let mut funcs = crate::multi::resolve_targets()?;
+        funcs.truncate(3);
         let testmod: Vec<Func> = crate::multi::testmod_targets()?
             .into_iter()
             .filter(|f| f.nr_args <= 6)
@@ -158,8 +162,9 @@ impl<'o> ModuleSession<'o> {
         let btf = rkf::btf::object_fd("rkf_testmod")?;
         let layout = Layout {
             funcs,
-            a_end: 5,
-            b_start: 2,
+            a_end: 3,
+            b_start: 1,
+            b_end: 5,
         };
         let b = Request::new(layout.b(), Some(&btf));
         Ok(Self {
@@ -232,6 +237,7 @@ impl<'o> Sleepable<'o> {
         let funcs = crate::multi::sleepable::storm_targets()?;
         let skel = crate::multi::sleepable::load(obj, &funcs)?;
         let layout = Layout {
+            b_end: funcs.len(),
             funcs,
             a_end: 2,
             b_start: 1,
