@@ -13,6 +13,7 @@
 #
 #   ./run_kselftest.sh --list        the tests
 #   ./run_kselftest.sh -t NAME,...   the tests named NAME, or whose names start with it
+#   ./run_kselftest.sh --storm-cycles N   the rkf_multi storms with N cycles (100 to 1000000)
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export RKF_MODDIR=${RKF_MODDIR:-$here/modules}

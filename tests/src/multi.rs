@@ -21,8 +21,6 @@ mod sleepable;
 mod storm;
 mod wide;
 
-pub(crate) use storm::set_storm_cycles;
-
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 
 use anyhow::{bail, Context, Result};
@@ -47,6 +45,8 @@ use rkf_core::{
     abi::{self, AttachRequest},
     multi::Reason,
 };
+
+pub(crate) use storm::set_storm_cycles;
 
 pub const TESTS: &[Test] = &[
     Test {

@@ -131,20 +131,31 @@ pub fn direct_holders() -> Result<HashMap<String, String>> {
 ///
 /// The symbol an end is given by can be freed between the read of `enabled_functions` and
 /// that of `/proc/kallsyms` (an image retired after its grace period, just below the one
-/// that follows it): then both are read again, for up to 10 s, until every end resolves.
+/// that follows it): then `enabled_functions` is read again, and again while it changes
+/// ([`DIRECT_CALLER_READS`] reads at most), until every end resolves.  A symbol that is
+/// missing from kallsyms for good (BPF symbols are left out with
+/// `net.core.bpf_jit_kallsyms=0` or JIT hardening) leaves its end as it is, at the cost of
+/// one more read.
 pub fn direct_callers() -> Result<HashMap<String, String>> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (mut text, mut reads) = (enabled_functions()?, 1);
     loop {
-        let mut callers = parse_direct_callers(&enabled_functions()?);
-        if !callers.values().any(|c| c.contains('+'))
-            || resolve_ends(&mut callers, &Kallsyms::load()?) == 0
-            || std::time::Instant::now() >= deadline
-        {
+        let mut callers = parse_direct_callers(&text);
+        let resolved = !callers.values().any(|c| c.contains('+'))
+            || resolve_ends(&mut callers, &Kallsyms::load()?) == 0;
+        if resolved || reads == DIRECT_CALLER_READS {
             return Ok(callers);
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        let again = enabled_functions()?;
+        reads += 1;
+        if again == text {
+            return Ok(callers);
+        }
+        text = again;
     }
 }
+
+/// The most reads of `enabled_functions` one [`direct_callers()`] makes.
+pub const DIRECT_CALLER_READS: usize = 10;
 
 /// The text of ftrace's `enabled_functions`: every function ftrace has hooked, a line
 /// each (`name`, or `name [module]`, then its ops count and flags), and under a function
@@ -590,7 +601,7 @@ impl Link {
                         // of enabled_functions is said, not made the error.
                         let holder = match direct_holders() {
                             Ok(h) => h.get(&name).map_or_else(String::new, |h| format!(": {h}")),
-                            Err(err) => format!(" (its holder unknown: {err:#})"),
+                            Err(err) => format!("; its holder unknown: {err:#};"),
                         };
                         format!(
                             "rkf_multi refused {name}: {}{holder} ({e})",

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The attach storms: links that stay account for exactly the calls made while another
-//! thread attaches and detaches links for thousands of cycles, through the shared
-//! trampoline (the table changes under running calls) and through generated ones (images
+//! thread attaches and detaches links for hundreds or thousands of cycles, through the
+//! shared trampoline (the table changes under running calls) and through generated ones (images
 //! are made and retired while other images run).
 //!
 //! Multi-threaded TCG (the VM's accelerator) mishandles the kernel's patching of code

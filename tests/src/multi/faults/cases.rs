@@ -73,8 +73,8 @@ impl Request {
 
 /// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..3, link B an fentry
 /// (`count_fentry0`) on bpf_fentry_test2..5: two functions shared, whose generated
-/// trampolines change (and bpf_fentry_test1's with them: it alone would keep A's image),
-/// two hooked anew; bpf_fentry_test6..9, called by each run, in no link.
+/// trampolines change (and bpf_fentry_test1's with them: one of the image's three
+/// functions, fewer than half, does not keep it), two hooked anew; bpf_fentry_test6..9, called by each run, in no link.
 pub(super) struct Fentry<'o> {
     skel: MultiSkel<'o>,
     layout: Layout,
@@ -89,6 +89,7 @@ impl<'o> Fentry<'o> {
             a_end: 3,
             b_start: 1,
             b_end: 5,
+            moves: 0..3,
         };
         let b = Request::new(layout.b(), None);
         Ok(Self { skel, layout, b })
@@ -165,6 +166,7 @@ impl<'o> ModuleSession<'o> {
             a_end: 3,
             b_start: 1,
             b_end: 5,
+            moves: 0..3,
         };
         let b = Request::new(layout.b(), Some(&btf));
         Ok(Self {
@@ -241,6 +243,7 @@ impl<'o> Sleepable<'o> {
             funcs,
             a_end: 2,
             b_start: 1,
+            moves: 1..2,
         };
         let b = Request::new(layout.b(), None);
         Ok(Self { skel, layout, b })
