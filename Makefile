@@ -36,7 +36,8 @@ export RKF_WERROR
 MODULES := rkf_percpu rkf_stack rkf_multi rkf_testmod
 
 .PHONY: all deps kernel kernel-test kernel-distro modules modules-test modules-distro user \
-	host-test host-fuzz lint vm-test vm-test-distro vm-test-mitigations bench dkms-check selftests-package \
+	host-test host-fuzz lint vm-test vm-test-distro vm-test-mitigations vm-test-stuff-everything bench \
+	dkms-check selftests-package \
 	selftests-package-test selftests-package-distro install check run pprof-check clean help
 
 all: modules user
@@ -140,14 +141,23 @@ vm-test-distro: selftests-package-distro
 # under any cpu (it runs on the test and distro kernels), and, in the return-thunk boot,
 # attaching to everything (316 s): its trampolines differ from
 # the distro boot's by the return instruction, which every other test there runs.  The
-# call-depth boot keeps it: there generation calls the kernel's accounting helpers for
-# each function (where an RCU tasks stall was found), and its 43,094 functions took
-# 420 s on this machine, up to about 800 s on CI's: hence the longer timeouts.  The
+# call-depth boot kept it until 70c8dea: there generation calls the kernel's accounting
+# helpers for each function (where an RCU tasks stall was found), and its 43,094
+# functions took 420 s on one machine, up to about 800 s on CI's (hence its longer
+# timeout); now `make vm-test-stuff-everything` runs it on its own.  The
 # storms run a fifth of the distro boot's cycles there (--storm-cycles; the generated
 # storm 100 instead of 500): every cycle runs the same trampoline code, and the
 # generated storm's 1,000 cycles took 5 to 8 minutes of each boot.
 MITIGATIONS_LEFT_OUT := multi_ioctl_fuzz,multi_attach_detach_allocation_failures
 MITIGATIONS_STORM := --storm-cycles 2000
+# Since 70c8dea the call-depth boot leaves out attaching to everything too, for CI's 90
+# minutes (the fresh-clone check of 70c8dea took 79 minutes to reach the mitigation
+# boots on a slow machine): `make vm-test-stuff-everything` runs it.
+STUFF_LEFT_OUT := multi_attach_everything_fentry_fexit
+vm-test-stuff-everything: selftests-package-distro
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
+		--out build/vm/stuff-everything -- \
+		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t $(STUFF_LEFT_OUT)
 vm-test-mitigations: selftests-package-distro
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
 		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_ \
@@ -155,7 +165,7 @@ vm-test-mitigations: selftests-package-distro
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_ \
-		-x $(MITIGATIONS_LEFT_OUT) $(MITIGATIONS_STORM)
+		-x $(MITIGATIONS_LEFT_OUT),$(STUFF_LEFT_OUT) $(MITIGATIONS_STORM)
 
 selftests-package: selftests-package-test selftests-package-distro
 selftests-package-test: modules-test modules-distro user
