@@ -5,7 +5,9 @@
  * eight bytes of the task's buffer with bpf_copy_from_user(), which may fault the page
  * in; a non-sleepable fentry program on the same functions reads them with
  * bpf_probe_read_user(), which cannot.  Each records per function what it saw.  Three
- * more (two sleepable) count the runs of one process, for the attach storm.
+ * more (two sleepable) count the runs of one process, for the attach storm, and four
+ * sleepable ones, for the run path's test, call nothing but what the verifier inlines,
+ * but for the control, which calls bpf_get_current_pid_tgid().
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -254,6 +256,44 @@ RKF_MULTI_FEXIT
 int BPF_PROG(storm_plain, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
 {
 	storm_count(ctx, 2);
+	return 0;
+}
+
+/*
+ * The run path's programs (multi_sleepable_run_path_calls_only_denied): what the function
+ * graph tracer sees called under their functions, the trampolines called.  Each counts
+ * its runs, the session its entries and exits apart; the control also calls a traceable
+ * helper.
+ */
+__u64 path_runs[4];
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(path_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	__sync_fetch_and_add(&path_runs[0], 1);
+	return 0;
+}
+
+RKF_MULTI_FEXIT_S
+int BPF_PROG(path_fexit, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	__sync_fetch_and_add(&path_runs[1], 1);
+	return 0;
+}
+
+RKF_MULTI_FSESSION_S
+int BPF_PROG(path_session, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 ret)
+{
+	__sync_fetch_and_add(&path_runs[bpf_session_is_return(ctx) ? 3 : 2], 1);
+	return 0;
+}
+
+__u64 control_pid_tgid;
+
+RKF_MULTI_FENTRY_S
+int BPF_PROG(path_control, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
+{
+	control_pid_tgid = bpf_get_current_pid_tgid();
 	return 0;
 }
 

@@ -126,6 +126,10 @@ pub const TESTS: &[Test] = &[
         run: run_path::run_path_calls_only_denied,
     },
     Test {
+        name: "multi_sleepable_run_path_calls_only_denied",
+        run: run_path::sleepable_run_path_calls_only_denied,
+    },
+    Test {
         name: "multi_run_stats_kept",
         run: run_path::run_stats_kept,
     },
@@ -270,6 +274,38 @@ fn trigger(skel: &MultiSkel<'_>) -> Result<()> {
 
 fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<Link> {
     Link::attach(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Attaches `prog` to `funcs` with `cookies`, which rkf_multi must refuse as `want` says:
+/// the errno, and the function refused (its index in `funcs`) and why, or no function.  A
+/// refusal that names a function must name it in its message too.  `what` names the
+/// attach in the checks.  Returns the refusal, for checks of its message.
+fn refusal(
+    prog: &impl AsFd,
+    funcs: &[Func],
+    cookies: Option<&[u64]>,
+    want: (i32, Option<(usize, Reason)>),
+    what: &str,
+) -> Result<multi::AttachError> {
+    let e = match Link::attach(prog, funcs, cookies) {
+        Ok(_) => bail!("{what}: attached"),
+        Err(e) => e,
+    };
+    diag!("{what}: {e}");
+    check_eq!(
+        (e.errno, e.refused),
+        want,
+        "{what}: errno, the function refused and why"
+    );
+    if let Some((i, _)) = e.refused {
+        let name = funcs[i].qualified_name();
+        check!(
+            e.message.contains(&format!("rkf_multi refused {name}: ")),
+            "{what}: the message names {name}: {}",
+            e.message
+        );
+    }
+    Ok(e)
 }
 
 /// Clears the records, makes one BPF_PROG_TEST_RUN, and returns what the programs saw.
@@ -787,16 +823,13 @@ fn anchor_denied() -> Result<()> {
         "resolve() of the anchor: {e}"
     );
     // The kernel's own refusal, for a request that names it anyway.
-    let e = Link::attach(&skel.progs.count_fentry1, &[anchor], None)
-        .err()
-        .context("a link on the anchor attached")?;
-    diag!("the anchor: {e}");
-    check_eq!(e.errno, libc::EINVAL, "errno of a link on the anchor");
-    check_eq!(
-        e.refused,
-        Some((0, Reason::Denied)),
-        "the function refused and why"
-    );
+    refusal(
+        &skel.progs.count_fentry1,
+        &[anchor],
+        None,
+        (libc::EINVAL, Some((0, Reason::Denied))),
+        "a link on the anchor",
+    )?;
     Ok(())
 }
 
@@ -865,14 +898,13 @@ fn refusals() -> Result<()> {
         ),
     ];
     for (what, set, errno, refused) in cases {
-        match Link::attach(&skel.progs.count_fentry0, &set, None) {
-            Ok(_) => bail!("{what}: attached"),
-            Err(e) => {
-                diag!("{what}: {e}");
-                check_eq!(e.errno, errno, "{what}: errno");
-                check_eq!(e.refused, refused, "{what}: the function refused and why");
-            }
-        }
+        refusal(
+            &skel.progs.count_fentry0,
+            &set,
+            None,
+            (errno, refused),
+            what,
+        )?;
         nothing_attached(&mut skel, &funcs, what)?;
     }
     // Raw requests for the good set, each through a file of its own.
@@ -1145,16 +1177,13 @@ fn coexistence() -> Result<()> {
 /// `bpf_trampoline_<n>` in the message), and a glob leaves it out, counted as busy, and
 /// attaches the rest (count_fentry1's link, returned).
 fn refused_and_left_out(skel: &MultiSkel<'_>, funcs: &[Func], beside: &str) -> Result<Link> {
-    let e = Link::attach(&skel.progs.count_fentry0, &funcs[..3], None)
-        .err()
-        .with_context(|| format!("rkf_multi attached beside {beside}"))?;
-    diag!("rkf_multi beside {beside}: {e}");
-    check_eq!(e.errno, libc::EBUSY, "errno beside {beside}");
-    check_eq!(
-        e.refused,
-        Some((0, Reason::Busy)),
-        "the function refused beside {beside}, and why"
-    );
+    let e = refusal(
+        &skel.progs.count_fentry0,
+        &funcs[..3],
+        None,
+        (libc::EBUSY, Some((0, Reason::Busy))),
+        &format!("rkf_multi beside {beside}"),
+    )?;
     if !e.message.contains(": bpf_trampoline_") {
         // What ftrace shows of the function (its `direct-->` line names the holder).
         let text = multi::enabled_functions()?;

@@ -14,13 +14,13 @@ use std::mem::MaybeUninit;
 
 use anyhow::{Context, Result};
 
-use super::{attach, check_tramps, run_once, setup, MultiSkel, Tramp};
+use super::{attach, check_tramps, refusal, run_once, setup, MultiSkel, Tramp};
 use crate::{
-    check, check_eq, diag,
+    check, check_eq,
     skel::multi_filler::{MultiFillerSkel, MultiFillerSkelBuilder},
 };
 use rkf::{
-    multi::{self, Func, Link},
+    multi::{self, Func},
     skeleton,
 };
 use rkf_core::multi::{Reason, MAX_LINKS_PER_FUNC};
@@ -64,16 +64,13 @@ fn refused(
     };
     let what = if fexit { "fexit" } else { "fentry" };
     let before = link_ids()?;
-    let e = match Link::attach(p, set, None) {
-        Ok(_) => anyhow::bail!("{what} on a set whose last function is full: attached"),
-        Err(e) => e,
-    };
-    diag!("{what}: {e}");
-    check_eq!(
-        (e.errno, e.refused),
+    refusal(
+        p,
+        set,
+        None,
         want,
-        "{what}: errno, the function refused and why"
-    );
+        &format!("{what} on a set whose last function is full"),
+    )?;
     check_eq!(
         link_ids()?,
         before,
@@ -135,15 +132,13 @@ fn at_limit(tramp: Tramp) -> Result<()> {
     check_fillers(&mut fillers, 1, "beside the refused links")?;
     // The same program twice on a function.
     let before = link_ids()?;
-    let e = match Link::attach(&fillers[0].progs.filler, &funcs[3..5], None) {
-        Ok(_) => anyhow::bail!("a filler's program attached twice to its function"),
-        Err(e) => e,
-    };
-    check_eq!(
-        (e.errno, e.refused),
+    refusal(
+        &fillers[0].progs.filler,
+        &funcs[3..5],
+        None,
         (libc::EBUSY, Some((1, Reason::SameProgram))),
-        "a program twice on a function: errno, the function refused and why"
-    );
+        "a filler's program twice on its function",
+    )?;
     check_eq!(link_ids()?, before, "rkf_multi's links after the refusal");
     // Room for one more.
     drop(links.pop());

@@ -33,7 +33,7 @@ use anyhow::{Context, Result};
 
 use super::{attach, check_tramps, reset, setup, trigger, Tramp};
 use crate::{check, check_eq, diag};
-use rkf::{kallsyms::Kallsyms, multi};
+use rkf::{kallsyms::Kallsyms, multi, skeleton};
 
 /// Calls of each traced function per phase: a function counts as on the path when it is
 /// called under every one of them (an interrupt's or a preemption's functions, recorded
@@ -243,65 +243,26 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
          or has",
         hooked.len() - roots.len() - 1
     );
-    let phase = |skel: &mut super::MultiSkel<'_>| -> Result<BTreeMap<String, BTreeSet<String>>> {
-        let t = GraphTrace::start(&roots, &hooked)?;
-        for _ in 0..RUNS {
-            trigger(skel)?;
-        }
-        let calls = t.calls()?;
-        drop(t);
-        roots
-            .iter()
-            .map(|r| Ok((r.to_string(), on_path(&calls, r)?)))
-            .collect()
+    let phase = |skel: &mut super::MultiSkel<'_>| {
+        trace(&roots, &hooked, || {
+            for _ in 0..RUNS {
+                trigger(skel)?;
+            }
+            Ok(())
+        })
     };
-    for (root, called) in phase(&mut skel)? {
-        check!(
-            called.is_empty(),
-            "{root}() itself calls {called:?}: not a target here"
-        );
-    }
+    uncalled(&phase(&mut skel)?)?;
     let path = {
         let _fentry = attach(&skel.progs.count_fentry0, &funcs[..1], None)?;
         let _fexit = attach(&skel.progs.count_fexit0, &funcs[1..2], None)?;
         let _session = attach(&skel.progs.session0, &funcs[2..3], None)?;
         check_tramps(&funcs[..3], tramp, "fentry, fexit, session")?;
-        let path = phase(&mut skel)?;
-        for (root, called) in &path {
-            diag!("traceable functions rkf_multi calls under {root}() ({tramp:?}): {called:?}");
-            for f in called {
-                check!(
-                    rkf_core::multi::denied(f.as_bytes()),
-                    "the trampoline of {root}() calls {f}(), which a link may trace"
-                );
-            }
-        }
-        path
+        only_denied(phase(&mut skel)?, tramp)?
     };
     {
         let _control = attach(&skel.progs.calls_helper, &funcs[..1], None)?;
         check_tramps(&funcs[..1], tramp, "the control")?;
-        let seen = phase(&mut skel)?;
-        // Under the first root, what its fentry trampoline called above (the denied
-        // functions this kernel's path calls), and the control.
-        let mut want: BTreeMap<String, BTreeSet<String>> = roots
-            .iter()
-            .map(|r| (r.to_string(), BTreeSet::new()))
-            .collect();
-        let first = want.get_mut(roots[0]).context("the first root")?;
-        first.extend(path.get(roots[0]).into_iter().flatten().cloned());
-        first.insert(CONTROL.to_string());
-        check_eq!(
-            seen,
-            want,
-            "the control: what the tracer saw called under each root, with a link of a \
-             program that calls {CONTROL}() on {} alone ({tramp:?})",
-            roots[0]
-        );
-        diag!(
-            "the control ({tramp:?}): {CONTROL}() seen under {}() only",
-            roots[0]
-        );
+        control(&roots, &path, phase(&mut skel)?, tramp)?;
     }
     // One link holds bpf_fentry_test1 and the function: a run of its program that called
     // the function would recurse into it, a miss there.  The fexit link's runs, from this
@@ -372,6 +333,175 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
         diag!(
             "a link on {} and {name}: {RUNS} runs, none of them calling {name}",
             roots[0]
+        );
+    }
+    Ok(())
+}
+
+/// For each of `roots`, the functions the graph tracer saw called under each of its
+/// `RUNS` calls by `run`.
+fn trace(
+    roots: &[&str],
+    hooked: &Hooked,
+    run: impl FnOnce() -> Result<()>,
+) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    let t = GraphTrace::start(roots, hooked)?;
+    run()?;
+    let calls = t.calls()?;
+    drop(t);
+    roots
+        .iter()
+        .map(|r| Ok((r.to_string(), on_path(&calls, r)?)))
+        .collect()
+}
+
+/// Checks that no root called a hooked function with no link on it.
+fn uncalled(seen: &BTreeMap<String, BTreeSet<String>>) -> Result<()> {
+    for (root, called) in seen {
+        check!(
+            called.is_empty(),
+            "{root}() itself calls {called:?}: not a target here"
+        );
+    }
+    Ok(())
+}
+
+/// Checks that what the tracer saw called under each root, with a link on it, is on
+/// rkf's deny list, and returns it.
+fn only_denied(
+    path: BTreeMap<String, BTreeSet<String>>,
+    tramp: Tramp,
+) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    for (root, called) in &path {
+        diag!("traceable functions rkf_multi calls under {root}() ({tramp:?}): {called:?}");
+        for f in called {
+            check!(
+                rkf_core::multi::denied(f.as_bytes()),
+                "the trampoline of {root}() calls {f}(), which a link may trace"
+            );
+        }
+    }
+    Ok(path)
+}
+
+/// The control: with a link of a program that calls [`CONTROL`] on the first root alone,
+/// the tracer `seen` under it what its fentry trampoline called on `path` (the denied
+/// functions this kernel's path calls) and the control, and nothing under the others.
+fn control(
+    roots: &[&str],
+    path: &BTreeMap<String, BTreeSet<String>>,
+    seen: BTreeMap<String, BTreeSet<String>>,
+    tramp: Tramp,
+) -> Result<()> {
+    let mut want: BTreeMap<String, BTreeSet<String>> = roots
+        .iter()
+        .map(|r| (r.to_string(), BTreeSet::new()))
+        .collect();
+    let first = want.get_mut(roots[0]).context("the first root")?;
+    first.extend(path.get(roots[0]).into_iter().flatten().cloned());
+    first.insert(CONTROL.to_string());
+    check_eq!(
+        seen,
+        want,
+        "the control: what the tracer saw called under each root, with a link of a \
+         program that calls {CONTROL}() on {} alone ({tramp:?})",
+        roots[0]
+    );
+    diag!(
+        "the control ({tramp:?}): {CONTROL}() seen under {}() only",
+        roots[0]
+    );
+    Ok(())
+}
+
+/// Syscall wrappers that a sleepable program may trace (they are on the error injection
+/// list), that call nothing the graph tracer hooks on either kernel with the arguments of
+/// [`call_sleepable_roots()`], and that have BTF (those of system calls without arguments
+/// are aliases, which have none).  Nothing else in the VM calls them meanwhile: a call of
+/// another task would be a root's extra call and a program's extra run, each of which
+/// fails the test.
+const SLEEPABLE_ROOTS: [&str; 3] = [
+    "__x64_sys_personality",
+    "__x64_sys_getcpu",
+    "__x64_sys_sched_get_priority_max",
+];
+
+/// One call of each of [`SLEEPABLE_ROOTS`], each a system call for certain (glibc's
+/// getcpu() may answer through the vDSO): personality(0xffffffff), which only reads the
+/// persona, getcpu(NULL, NULL, NULL), which writes nothing, and
+/// sched_get_priority_max(SCHED_FIFO), 99.
+fn call_sleepable_roots() -> Result<()> {
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: personality(2) takes no pointer; 0xffffffff asks and changes nothing.
+    let persona = unsafe { libc::syscall(libc::SYS_personality, libc::c_ulong::from(u32::MAX)) };
+    // SAFETY: getcpu(2) writes through its pointers only when they are not NULL.
+    let getcpu = unsafe { libc::syscall(libc::SYS_getcpu, null, null, null) };
+    // SAFETY: sched_get_priority_max(2) takes no pointer.
+    let prio = unsafe { libc::syscall(libc::SYS_sched_get_priority_max, libc::SCHED_FIFO) };
+    check_eq!(
+        (persona >= 0, getcpu, prio),
+        (true, 0, 99),
+        "personality(0xffffffff) >= 0, getcpu(NULL, NULL, NULL), sched_get_priority_max(SCHED_FIFO)"
+    );
+    Ok(())
+}
+
+/// [`run_path_calls_only_denied()`] for the sleepable run path (rcu_read_lock_trace(),
+/// migration disabled, the image's count of calls in flight): empty fentry.s, fexit.s
+/// and fsession.s programs of multi_sleepable.bpf.c on personality(2), getcpu(2) and
+/// sched_get_priority_max(2), then a sleepable control on personality(2) alone, through generated trampolines and then
+/// the shared one.  Each program's runs are counted: `RUNS` calls, entry and exit apart
+/// for the session.
+pub(super) fn sleepable_run_path_calls_only_denied() -> Result<()> {
+    Tramp::run_both(sleepable_calls_only_denied)
+}
+
+fn sleepable_calls_only_denied(tramp: Tramp) -> Result<()> {
+    use crate::skel::multi_sleepable::MultiSleepableSkelBuilder;
+
+    let funcs = super::sleepable::resolve_in_order(&SLEEPABLE_ROOTS)?;
+    let mut obj = MaybeUninit::uninit();
+    let mut skel = skeleton::load::<MultiSleepableSkelBuilder>(
+        &mut obj,
+        "multi_sleepable.bpf.c",
+        skeleton::as_built,
+    )?;
+    let hooked = hooked(&SLEEPABLE_ROOTS)?;
+    let phase = || {
+        trace(&SLEEPABLE_ROOTS, &hooked, || {
+            for _ in 0..RUNS {
+                call_sleepable_roots()?;
+            }
+            Ok(())
+        })
+    };
+    uncalled(&phase()?)?;
+    let path = {
+        let p = &skel.progs;
+        let _fentry = attach(&p.path_fentry, &funcs[..1], None)?;
+        let _fexit = attach(&p.path_fexit, &funcs[1..2], None)?;
+        let _session = attach(&p.path_session, &funcs[2..3], None)?;
+        check_tramps(&funcs, tramp, "fentry.s, fexit.s, fsession.s")?;
+        let path = only_denied(phase()?, tramp)?;
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        check_eq!(
+            bss.path_runs,
+            [RUNS as u64; 4],
+            "runs of fentry.s, fexit.s, fsession.s on entry and on exit"
+        );
+        path
+    };
+    {
+        let _control = attach(&skel.progs.path_control, &funcs[..1], None)?;
+        check_tramps(&funcs[..1], tramp, "the control")?;
+        control(&SLEEPABLE_ROOTS, &path, phase()?, tramp)?;
+        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        let tgid_pid = (u64::from(std::process::id()) << 32)
+            | u64::from(nix::unistd::gettid().as_raw() as u32);
+        check_eq!(
+            bss.control_pid_tgid,
+            tgid_pid,
+            "the control's bpf_get_current_pid_tgid()"
         );
     }
     Ok(())

@@ -15,10 +15,10 @@ use rkf::multi;
 use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
-    attach, check_arg, check_tramps, reset, run_once, run_testmod_targets, setup, testmod_targets,
-    Tramp, Want, CALLS, NR_COUNTERS, TESTMOD_CALLS,
+    attach, check_arg, check_tramps, refusal, reset, run_once, run_testmod_targets, setup,
+    testmod_targets, Tramp, Want, CALLS, NR_COUNTERS, TESTMOD_CALLS,
 };
-use crate::{check, check_eq, diag, skel::multi::types::srec};
+use crate::{check, check_eq, skel::multi::types::srec};
 
 /// What `multi_session` (tests/progs/multi.bpf.c) writes into the cookie on entry.
 const SESSION_COOKIE: u64 = 0xbeaf_beaf_beaf_beaf;
@@ -319,21 +319,13 @@ fn limit(tramp: Tramp) -> Result<()> {
     let _fentry = attach(&skel.progs.count_fentry0, one, None)?;
     let _fexit = attach(&skel.progs.count_fexit1, one, None)?;
     check_tramps(one, tramp, "eight sessions, fentry and fexit")?;
-    let e = multi::Link::attach(&skel.progs.session8, one, None)
-        .err()
-        .context("a ninth session program attached to one function")?;
-    diag!("the ninth session: {e}");
-    check_eq!(e.errno, libc::E2BIG, "errno");
-    check_eq!(
-        e.refused,
-        Some((0, Reason::TooManySessions)),
-        "the function refused and why"
-    );
-    check!(
-        e.message.contains(&one[0].name),
-        "the refusal names the function: {}",
-        e.message
-    );
+    refusal(
+        &skel.progs.session8,
+        one,
+        None,
+        (libc::E2BIG, Some((0, Reason::TooManySessions))),
+        "a ninth session program on one function",
+    )?;
     let bss = run_once(&mut skel)?;
     let want: Vec<u64> = (0..9).map(|k| u64::from(k < 8)).collect();
     check_eq!(bss.sess_entry[..], want[..], "entry runs of sessions 0..8");

@@ -10,14 +10,14 @@ use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsFd, ptr};
 
 use anyhow::{bail, Context, Result};
 
-use super::{attach, check_tramps, Tramp};
+use super::{attach, check_tramps, refusal, Tramp};
 use crate::{
     check, check_eq, diag,
     skel::multi_sleepable::{types::bss, MultiSleepableSkel, MultiSleepableSkelBuilder},
 };
 use rkf::{
     modules,
-    multi::{self, Func, Link},
+    multi::{self, Func},
     skeleton,
 };
 use rkf_core::{abi::Kind, multi::Reason};
@@ -54,7 +54,7 @@ pub(super) fn storm_targets() -> Result<Vec<Func>> {
 }
 
 /// `names`, resolved, in that order.
-fn resolve_in_order(names: &[&str]) -> Result<Vec<Func>> {
+pub(super) fn resolve_in_order(names: &[&str]) -> Result<Vec<Func>> {
     let mut r = multi::resolve(names)?;
     check_eq!(
         r.nr_skipped(),
@@ -401,22 +401,13 @@ pub(super) fn sleepable_refusals() -> Result<()> {
         ("fsession.s", &skel.progs.sleepable_session),
     ] {
         for (set, bad) in [(&funcs[..], 1), (&funcs[1..2], 0)] {
-            let e = match Link::attach(prog, set, None) {
-                Ok(_) => bail!("{what} on bpf_fentry_test1: attached"),
-                Err(e) => e,
-            };
-            diag!("{what}: {e}");
-            check_eq!(e.errno, libc::EINVAL, "{what}: errno");
-            check_eq!(
-                e.refused,
-                Some((bad, Reason::MayNotSleep)),
-                "{what}: the function refused and why"
-            );
-            check!(
-                e.message.contains("bpf_fentry_test1"),
-                "{what}: the message names the function: {}",
-                e.message
-            );
+            refusal(
+                prog,
+                set,
+                None,
+                (libc::EINVAL, Some((bad, Reason::MayNotSleep))),
+                &format!("{what} on {} functions", set.len()),
+            )?;
         }
     }
     let after: Vec<u64> = multi::links()?.iter().map(|l| l.id).collect();

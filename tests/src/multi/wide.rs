@@ -22,7 +22,8 @@ use rkf::{
 use rkf_core::multi::Reason;
 
 use super::{
-    attach, check_tramps, load, load_testmod, run_testmod_targets, Masked, Tramp, TESTMOD_CALLS,
+    attach, check_tramps, load, load_testmod, refusal, run_testmod_targets, Masked, Tramp,
+    TESTMOD_CALLS,
 };
 use crate::{
     check_eq, diag,
@@ -232,22 +233,13 @@ fn wide_targets(tramp: Tramp) -> Result<()> {
             ("fentry", &skel.progs.multi_fentry),
             ("fexit", &skel.progs.multi_fexit),
         ] {
-            let e = match multi::Link::attach(prog, std::slice::from_ref(f), None) {
-                Ok(_) => anyhow::bail!("an {kind} of rkf_multi_tmpl6 attached to {}", f.name),
-                Err(e) => e,
-            };
-            check_eq!(
-                e.errno,
-                libc::EINVAL,
-                "{kind} of rkf_multi_tmpl6 on {}",
-                f.name
-            );
-            check_eq!(
-                e.refused,
-                Some((0, Reason::TooManyArgs)),
-                "{kind} of rkf_multi_tmpl6 on {}: what is refused",
-                f.name
-            );
+            refusal(
+                prog,
+                std::slice::from_ref(f),
+                None,
+                (libc::EINVAL, Some((0, Reason::TooManyArgs))),
+                &format!("{kind} of rkf_multi_tmpl6 on {}", f.name),
+            )?;
         }
     }
     drop(skel);
