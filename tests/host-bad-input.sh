@@ -81,6 +81,8 @@ selftests=$root/target/release/rkf-selftests
 expect_fail selftests_zero_storm_cycles "invalid value '0' for '--storm-cycles <N>': 0 is not in 100\.\.=1000000" \
 	"$selftests" --storm-cycles 0
 expect_fail selftests_bad_storm_cycles "invalid value 'x' for '--storm-cycles <N>'" "$selftests" --storm-cycles x
+expect_fail selftests_big_generated_storm "invalid value '1000001' for '--generated-storm-cycles <N>': 1000001 is not in 100\.\.=1000000" \
+	"$selftests" --generated-storm-cycles 1000001
 expect_fail selftests_unknown_test "-t: no test is named, or has a name starting with, rkf_nope" \
 	"$selftests" -t rkf_nope
 # rkf profile refuses options that cannot sample, before it needs any module.

@@ -116,9 +116,13 @@ struct Args {
     /// makes a twentieth of them.
     #[arg(long, value_name = "N", value_parser = storm_cycles)]
     storm_cycles: Option<usize>,
+    /// Attach and detach cycles of the storm through generated trampolines, 100 to
+    /// 1,000,000, in place of a twentieth of the other storms'.
+    #[arg(long, value_name = "N", value_parser = storm_cycles)]
+    generated_storm_cycles: Option<usize>,
 }
 
-/// `--storm-cycles`: enough cycles for the storms' callers to call before the churn ends.
+/// `--storm-cycles` and `--generated-storm-cycles`: enough cycles for the storms' callers to call before the churn ends.
 fn storm_cycles(arg: &str) -> Result<usize, String> {
     match arg.parse::<usize>() {
         Ok(n) if (100..=1_000_000).contains(&n) => Ok(n),
@@ -161,9 +165,7 @@ fn main() {
         }
         return;
     }
-    if let Some(n) = args.storm_cycles {
-        multi::set_storm_cycles(n);
-    }
+    multi::set_storm_cycles(args.storm_cycles, args.generated_storm_cycles);
     harness::capture_libbpf_log();
     std::process::exit(harness::run(
         &tests,

@@ -30,14 +30,16 @@ use super::{
 use crate::{check, check_eq, diag, skel::multi::MultiSkel};
 use rkf::multi::{Func, Link};
 
-/// The storms' cycles the run was given (`rkf-selftests --storm-cycles`), if any.
-static CYCLES: OnceLock<usize> = OnceLock::new();
+/// The storms' cycles the run was given (`rkf-selftests --storm-cycles` and
+/// `--generated-storm-cycles`), each if any.
+static CYCLES: OnceLock<(Option<usize>, Option<usize>)> = OnceLock::new();
 
-/// Sets the storms' attach and detach cycles for this run, in place of
-/// [`storm_cycles()`]'s default; at most once.
-pub(crate) fn set_storm_cycles(cycles: usize) {
+/// Sets the storms' attach and detach cycles for this run, in place of the defaults:
+/// `storm` those of [`storm_cycles()`], `generated` those of [`generated_storm_cycles()`];
+/// at most once.
+pub(crate) fn set_storm_cycles(storm: Option<usize>, generated: Option<usize>) {
     CYCLES
-        .set(cycles)
+        .set((storm, generated))
         .expect("the storms' cycles are set once, before any test");
 }
 
@@ -45,7 +47,7 @@ pub(crate) fn set_storm_cycles(cycles: usize) {
 /// (the test kernel, whose KASAN, lockdep and kmemleak bookkeeping make a cycle take 20
 /// to 100 times as long under TCG: 1,000 took 209 s there); or what the run was given.
 pub(super) fn storm_cycles() -> usize {
-    if let Some(&n) = CYCLES.get() {
+    if let Some(&(Some(n), _)) = CYCLES.get() {
         n
     } else if kmemleak_kernel() {
         500
@@ -55,12 +57,16 @@ pub(super) fn storm_cycles() -> usize {
 }
 
 /// Cycles of the generated storm: a twentieth of [`storm_cycles()`] (500, or 25 on a
-/// kernel with kmemleak), at least one.  Each cycle generates images and hooks and
-/// unhooks its functions in ftrace, which the shared storm's cycles do once in a hundred:
-/// a cycle took 0.3 to 0.5 s on the distro kernel under TCG and 2 s on the test kernel,
-/// where the shared storm's took 0.006 and 0.2 s.
+/// kernel with kmemleak), at least one, or what the run was given.  Each cycle generates
+/// images and hooks and unhooks its functions in ftrace, which the shared storm's cycles
+/// do once in a hundred: a cycle took 0.2 to 0.5 s on the distro kernel under TCG and 2
+/// s on the test kernel, where the shared storm's took 0.006 and 0.2 s.  `make vm-storm`
+/// runs the 10,000 of the other storms.
 fn generated_storm_cycles() -> usize {
-    (storm_cycles() / 20).max(1)
+    match CYCLES.get() {
+        Some(&(_, Some(n))) => n,
+        _ => (storm_cycles() / 20).max(1),
+    }
 }
 
 /// Permanent fentry and fexit links on five functions, and a session link on the first,
