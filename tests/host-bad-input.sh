@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=35
+planned=36
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)

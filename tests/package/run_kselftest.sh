@@ -14,6 +14,8 @@
 #   ./run_kselftest.sh --list        the tests
 #   ./run_kselftest.sh -t NAME,...   the tests named NAME, or whose names start with it
 #   ./run_kselftest.sh --storm-cycles N   the rkf_multi storms with N cycles (100 to 1000000)
+#   ./run_kselftest.sh --generated-storm-cycles N   the storm through generated trampolines
+#                                    with N cycles (by default a twentieth of the others')
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export RKF_MODDIR=${RKF_MODDIR:-$here/modules}

@@ -262,10 +262,10 @@ int BPF_PROG(storm_plain, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 re
 /*
  * The run path's programs (multi_sleepable_run_path_calls_only_denied): what the function
  * graph tracer sees called under their functions, the trampolines called.  Each counts
- * its runs, the session its entries and exits apart; the control also calls a traceable
- * helper.
+ * its runs (in @path_runs), the session its entries and exits apart; the control also
+ * calls a traceable helper.
  */
-__u64 path_runs[4];
+__u64 path_runs[5];
 
 RKF_MULTI_FENTRY_S
 int BPF_PROG(path_fentry, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
@@ -293,6 +293,7 @@ __u64 control_pid_tgid;
 RKF_MULTI_FENTRY_S
 int BPF_PROG(path_control, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5)
 {
+	__sync_fetch_and_add(&path_runs[4], 1);
 	control_pid_tgid = bpf_get_current_pid_tgid();
 	return 0;
 }

@@ -113,7 +113,7 @@ struct Args {
     except: Option<String>,
     /// Attach and detach cycles of the rkf_multi storm tests, 100 to 1,000,000 (default
     /// 10,000, or 500 on a kernel with kmemleak); the storm through generated trampolines
-    /// makes a twentieth of them.
+    /// makes a twentieth of them, unless given `--generated-storm-cycles`.
     #[arg(long, value_name = "N", value_parser = storm_cycles)]
     storm_cycles: Option<usize>,
     /// Attach and detach cycles of the storm through generated trampolines, 100 to
@@ -122,7 +122,8 @@ struct Args {
     generated_storm_cycles: Option<usize>,
 }
 
-/// `--storm-cycles` and `--generated-storm-cycles`: enough cycles for the storms' callers to call before the churn ends.
+/// `--storm-cycles` and `--generated-storm-cycles`: enough cycles for the storms' callers
+/// to call before the churn ends.
 fn storm_cycles(arg: &str) -> Result<usize, String> {
     match arg.parse::<usize>() {
         Ok(n) if (100..=1_000_000).contains(&n) => Ok(n),

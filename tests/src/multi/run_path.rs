@@ -55,9 +55,9 @@ const OFF_THE_PATH: &[(&str, &str, &str)] = &[(
 /// take the first nine).
 const WATCH_SLOT: usize = 15;
 
-/// The traceable function multi.bpf.c's `calls_helper` program calls on every run, which
-/// the graph tracer also hooks: the control, seen under a traced function that runs the
-/// program, and under none otherwise.
+/// The traceable function multi.bpf.c's `calls_helper` program and multi_sleepable.bpf.c's
+/// `path_control` call on every run, which the graph tracer also hooks: the control, seen
+/// under a traced function that runs the program, and under none otherwise.
 const CONTROL: &str = "bpf_get_current_pid_tgid";
 
 /// The function graph tracer, hooking the functions at `hooked` (indexes of
@@ -449,9 +449,10 @@ fn call_sleepable_roots() -> Result<()> {
 /// [`run_path_calls_only_denied()`] for the sleepable run path (rcu_read_lock_trace(),
 /// migration disabled, the image's count of calls in flight): empty fentry.s, fexit.s
 /// and fsession.s programs of multi_sleepable.bpf.c on personality(2), getcpu(2) and
-/// sched_get_priority_max(2), then a sleepable control on personality(2) alone, through generated trampolines and then
-/// the shared one.  Each program's runs are counted: `RUNS` calls, entry and exit apart
-/// for the session.
+/// sched_get_priority_max(2), then a sleepable control on personality(2) alone, through
+/// generated trampolines and then the shared one.  Each program's runs are counted
+/// exactly: `RUNS`, entry and exit apart for the session; the control's last
+/// `bpf_get_current_pid_tgid()` is this thread's.
 pub(super) fn sleepable_run_path_calls_only_denied() -> Result<()> {
     Tramp::run_both(sleepable_calls_only_denied)
 }
@@ -461,7 +462,7 @@ fn sleepable_calls_only_denied(tramp: Tramp) -> Result<()> {
 
     let funcs = super::sleepable::resolve_in_order(&SLEEPABLE_ROOTS)?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = skeleton::load::<MultiSleepableSkelBuilder>(
+    let skel = skeleton::load::<MultiSleepableSkelBuilder>(
         &mut obj,
         "multi_sleepable.bpf.c",
         skeleton::as_built,
@@ -486,8 +487,8 @@ fn sleepable_calls_only_denied(tramp: Tramp) -> Result<()> {
         let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
         check_eq!(
             bss.path_runs,
-            [RUNS as u64; 4],
-            "runs of fentry.s, fexit.s, fsession.s on entry and on exit"
+            [RUNS as u64, RUNS as u64, RUNS as u64, RUNS as u64, 0],
+            "runs of fentry.s, fexit.s, fsession.s on entry and on exit, and of the control"
         );
         path
     };
@@ -495,7 +496,8 @@ fn sleepable_calls_only_denied(tramp: Tramp) -> Result<()> {
         let _control = attach(&skel.progs.path_control, &funcs[..1], None)?;
         check_tramps(&funcs[..1], tramp, "the control")?;
         control(&SLEEPABLE_ROOTS, &path, phase()?, tramp)?;
-        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        check_eq!(bss.path_runs[4], RUNS as u64, "runs of the control");
         let tgid_pid = (u64::from(std::process::id()) << 32)
             | u64::from(nix::unistd::gettid().as_raw() as u32);
         check_eq!(

@@ -406,7 +406,14 @@ pub(super) fn sleepable_refusals() -> Result<()> {
                 set,
                 None,
                 (libc::EINVAL, Some((bad, Reason::MayNotSleep))),
-                &format!("{what} on {} functions", set.len()),
+                &format!(
+                    "{what} on bpf_fentry_test1{}",
+                    if set.len() > 1 {
+                        " and the syscalls"
+                    } else {
+                        " alone"
+                    }
+                ),
             )?;
         }
     }
