@@ -101,22 +101,29 @@ kvm_works() {
 	((bench)) && return 1 # icount needs TCG
 	[[ -n $cpu ]] && return 1 # so does a cpu model other than the host's
 	[[ -w /dev/kvm ]] || return 1
-	local probe=$RKF_CACHE/kvm-probe boot_id
+	local probe=$RKF_CACHE/kvm-probe boot_id lock res
 	boot_id=$(cat /proc/sys/kernel/random/boot_id)
-	if [[ -f $probe ]] && [[ $(head -1 "$probe") == "$boot_id" ]]; then
-		[[ $(tail -1 "$probe") == ok ]]; return
-	fi
-	log "probing KVM with a 60 s test boot"
-	local d
-	d=$(mktemp -d)
-	timeout -k 5 60 vng --run "$image" --cpus 1 --memory 512M --user root --append "root=/dev/root no5lvl" \
-		--rwdir "$d" --exec "echo ok > $d/ok" </dev/null >/dev/null 2>&1
-	local res=fail
-	[[ -f $d/ok ]] && res=ok
-	rm -rf "$d"
+	# One probe at a time (make vm-check boots two VMs at once): the second waits for
+	# the first's answer.
 	mkdir -p "$RKF_CACHE"
-	printf '%s\n%s\n' "$boot_id" "$res" >"$probe"
-	log "KVM probe: $res"
+	exec {lock}>"$probe.lock"
+	flock "$lock"
+	if [[ -f $probe ]] && [[ $(head -1 "$probe") == "$boot_id" ]]; then
+		res=$(tail -1 "$probe")
+	else
+		log "probing KVM with a 60 s test boot"
+		local d
+		d=$(mktemp -d)
+		timeout -k 5 60 vng --run "$image" --cpus 1 --memory 512M --user root --append "root=/dev/root no5lvl" \
+			--rwdir "$d" --exec "echo ok > $d/ok" </dev/null >/dev/null 2>&1
+		res=fail
+		[[ -f $d/ok ]] && res=ok
+		rm -rf "$d"
+		printf '%s\n%s\n' "$boot_id" "$res" >"$probe.$$"
+		mv "$probe.$$" "$probe"
+		log "KVM probe: $res"
+	fi
+	exec {lock}>&-
 	[[ $res == ok ]]
 }
 
