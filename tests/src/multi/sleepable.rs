@@ -473,7 +473,8 @@ fn shared_sleepable_storm() -> Result<()> {
     let done = AtomicBool::new(false);
     let start = std::time::Instant::now();
     let churned = std::thread::scope(|s| -> Result<usize> {
-        let caller = s.spawn(|| {
+        let caller = s.spawn(|| -> Result<()> {
+            super::storm::as_background()?;
             while !done.load(Ordering::Relaxed) {
                 // SAFETY: getpgid(2) and getsid(2) have no memory arguments.
                 unsafe {
@@ -482,10 +483,11 @@ fn shared_sleepable_storm() -> Result<()> {
                 }
                 runs.fetch_add(1, Ordering::Relaxed);
             }
+            Ok(())
         });
         let result = super::storm::churn(&churn, &funcs, called.len(), cycles, 0x51ee_9ab1);
         done.store(true, Ordering::Relaxed);
-        caller.join().expect("the caller thread panicked");
+        caller.join().expect("the caller thread panicked")?;
         result
     })?;
     let runs = runs.load(Ordering::Relaxed);
