@@ -10,10 +10,14 @@ set -u
 : "${RKF_OUT:?}"
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null
 mountpoint -q /sys/kernel/tracing || mount -t tracefs none /sys/kernel/tracing 2>/dev/null
-# RCU tasks' stall warning after 10 s, as vm.sh asks (it says why).
+# RCU tasks' stall warning, and its info line before it, after the jiffies vm.sh asks
+# (it says why).
 if [[ -n ${RKF_RCU_TASK_STALL_TIMEOUT:-} ]]; then
-	if ! echo "$RKF_RCU_TASK_STALL_TIMEOUT" >/sys/module/rcupdate/parameters/rcu_task_stall_timeout; then
-		echo "guest-wrap: cannot set rcupdate.rcu_task_stall_timeout" | tee "$RKF_OUT/output.txt"
+	params=/sys/module/rcupdate/parameters
+	if ! echo "$RKF_RCU_TASK_STALL_TIMEOUT" >"$params/rcu_task_stall_timeout" ||
+		! echo "$RKF_RCU_TASK_STALL_TIMEOUT" >"$params/rcu_task_stall_info"; then
+		echo "guest-wrap: cannot set rcupdate.rcu_task_stall_timeout and rcu_task_stall_info" |
+			tee "$RKF_OUT/output.txt"
 		dmesg >"$RKF_OUT/dmesg.txt"
 		echo 1 >"$RKF_OUT/status"
 		exit 1

@@ -49,7 +49,7 @@ with_progress() {
 # seconds.", "blocked in I/O wait for more than", "is blocked on a mutex":
 # kernel/hung_task.c), refcount, UBSAN and list corruption reports, a leak kmemleak
 # found, and any stack dump.  An RCU tasks grace period held back for
-# rcu_task_stall_info (10 s) prints "... grace period number N (since boot) is J
+# rcu_task_stall_info (10 s; 60 s on the test kernel, see vm.sh) prints "... grace period number N (since boot) is J
 # jiffies old." (rcu_tasks_wait_gp() and tasks_rcu_exit_stall() in kernel/rcu/tasks.h)
 # long before the stall warning "detected stalls on tasks": a holdout kept every
 # trampoline and module unload waiting that long, so it is one too.
