@@ -10,8 +10,7 @@ set -u
 : "${RKF_OUT:?}"
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null
 mountpoint -q /sys/kernel/tracing || mount -t tracefs none /sys/kernel/tracing 2>/dev/null
-# RCU tasks' stall warning, and its info line before it, after the jiffies vm.sh asks
-# (it says why).
+# RCU tasks' stall warning and its info line after the jiffies vm.sh asks (it says why).
 if [[ -n ${RKF_RCU_TASK_STALL_TIMEOUT:-} ]]; then
 	params=/sys/module/rcupdate/parameters
 	if ! echo "$RKF_RCU_TASK_STALL_TIMEOUT" >"$params/rcu_task_stall_timeout" ||

@@ -243,14 +243,12 @@ impl Permanent {
     }
 }
 
-/// Runs `churn` while two threads call bpf_fentry_test1..9 through BPF_PROG_TEST_RUN;
-/// returns what `churn` returned and how many times each function was called.
 /// Lowers the calling thread to nice 19, where the kernel's background threads run, so
 /// that a storm's busy callers share the cpus with them instead of starving them: in one
 /// run (`make vm-storm` on a busy host) khugepaged, at nice 19 and preempted inside the
 /// kernel beside two callers at nice 0, got too little cpu to reach a voluntary switch
-/// and held an RCU tasks grace period back past the 10 s that the VM runner's splat
-/// check fails (rkf's own trampolines were not on its stack).
+/// and held an RCU tasks grace period back past the 10 s after which the VM runner's
+/// splat check fails on the distro kernel (rkf's own trampolines were not on its stack).
 pub(super) fn as_background() -> Result<()> {
     // SAFETY: setpriority(2) takes no pointer; with PRIO_PROCESS and 0 it sets the nice
     // value of the calling thread alone (Linux keeps it per thread).
@@ -264,6 +262,8 @@ pub(super) fn as_background() -> Result<()> {
     Ok(())
 }
 
+/// Runs `churn` while two threads call bpf_fentry_test1..9 through BPF_PROG_TEST_RUN;
+/// returns what `churn` returned and how many times each function was called.
 fn with_callers(
     skel: &MultiSkel<'_>,
     churn: impl FnOnce() -> Result<usize>,
