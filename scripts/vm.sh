@@ -175,15 +175,17 @@ kconfig=$(sed -n 's/^config //p' "$kdir/.rkf-built")
 # (make vm-check).  The distro kernel, which attaches to every function, keeps 10 s.
 hz=$(sed -n 's/^CONFIG_HZ=//p' "$kdir/.config")
 [[ $hz =~ ^[0-9]+$ ]] || die "no CONFIG_HZ in $kdir/.config"
+kmemleak=0
+grep -qx 'CONFIG_DEBUG_KMEMLEAK=y' "$kdir/.config" && kmemleak=1
 stall_s=10
-grep -qx 'CONFIG_DEBUG_KMEMLEAK=y' "$kdir/.config" && stall_s=60
+((kmemleak)) && stall_s=60
 guest_env=(${RKF_DKMS_MODDIR:+"RKF_DKMS_MODDIR=$RKF_DKMS_MODDIR"} "RKF_OUT=$out" "RKF_ROOT=$RKF_ROOT"
 	   "RKF_RCU_TASK_STALL_TIMEOUT=$((stall_s * hz))"
 	   "RKF_MODDIR=$RKF_ROOT/build/$(basename "$kdir")" "RKF_KSRC_PKG=$RKF_KSRC_PKG"
 	   "RKF_KSRC_VERSION=$("$RKF_ROOT/scripts/kernel.sh" version)"
 	   ${kconfig:+"RKF_KCONFIG=$kconfig"} ${cpu:+"RKF_VM_CPU=$cpu"})
 # A kernel built with kmemleak: the selftests' leak scan must run (guest-selftests.sh).
-grep -qx 'CONFIG_DEBUG_KMEMLEAK=y' "$kdir/.config" && guest_env+=("RKF_KMEMLEAK=1")
+((kmemleak)) && guest_env+=("RKF_KMEMLEAK=1")
 guest_cmd="$foreign $(printf '%q ' "${guest_env[@]}")$RKF_ROOT/scripts/guest-wrap.sh $(printf '%q ' "$@")"
 
 timeout_s=${RKF_VM_TIMEOUT:-1200}
