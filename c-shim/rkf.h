@@ -112,6 +112,7 @@ void *rkf_percpu_resolve(const void *ptr, u32 cpu);
 /* ---- rkf_stack ------------------------------------------------------------------- */
 
 struct mm_struct;
+struct vm_area_struct;
 
 /* The kfunc sets of rkf_stack: for the tracing hook, and for kprobe programs. */
 extern const struct btf_kfunc_id_set rkf_stack_tracing_kfunc_set;
@@ -120,6 +121,8 @@ int rkf_stack_kfunc_filter_init(void);
 
 struct mm_struct *rkf_stack_mm_lock(void **cookie);
 void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie);
+__rkf_safe struct vm_area_struct *rkf_stack_vma_lock(unsigned long ip);
+void rkf_stack_vma_unlock(struct vm_area_struct *vma);
 void rkf_stack_mm_init(void);
 __rkf_safe void rkf_stack_mm_drain(void);
 

@@ -524,6 +524,36 @@ void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie)
 	irq_work_queue(&work->irq_work);
 }
 
+/**
+ * rkf_stack_vma_lock() - read-lock the vma of current->mm that holds @ip by its own lock
+ * @ip: the address
+ *
+ * For build-id lookups where a page fault is allowed: lock_vma_under_rcu(), which 7.3's
+ * stack_map_lock_vma() (kernel/bpf/stackmap.c) tries before the mmap trylock, so that a
+ * contended mmap lock does not cost the build id.  It fails, rather than wait, on a vma
+ * being changed, a write-locked one included: never a deadlock with a lock the calling
+ * program's context holds.
+ *
+ * Return: the vma, read-locked until rkf_stack_vma_unlock(), or NULL (no mm, no vma
+ * holds @ip, the vma is being changed, or the kernel has no per-vma locks): the caller
+ * falls back to rkf_stack_mm_lock().
+ */
+struct vm_area_struct *rkf_stack_vma_lock(unsigned long ip)
+{
+	struct mm_struct *mm = current->mm;
+
+	return mm ? lock_vma_under_rcu(mm, ip) : NULL;
+}
+
+/**
+ * rkf_stack_vma_unlock() - undo rkf_stack_vma_lock()
+ * @vma: the vma it returned
+ */
+void rkf_stack_vma_unlock(struct vm_area_struct *vma)
+{
+	vma_end_read(vma);
+}
+
 /** rkf_stack_mm_init() - set up the per-cpu unlock slots */
 void rkf_stack_mm_init(void)
 {

@@ -30,6 +30,12 @@ unsafe extern "C" {
     pub fn rkf_stack_mm_unlock(mm: *mut mm_struct, cookie: *mut ffi::c_void);
 }
 unsafe extern "C" {
+    pub safe fn rkf_stack_vma_lock(ip: ffi::c_ulong) -> *mut vm_area_struct;
+}
+unsafe extern "C" {
+    pub fn rkf_stack_vma_unlock(vma: *mut vm_area_struct);
+}
+unsafe extern "C" {
     pub fn rkf_stack_mm_init();
 }
 unsafe extern "C" {

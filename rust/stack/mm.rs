@@ -99,17 +99,54 @@ unsafe fn vma_at(
         return None;
     }
     // SAFETY: `vma` belongs to the read-locked mm and stays valid while it is locked.
+    Some((unsafe { vma_fields(vma) }, vma))
+}
+
+/// What the build-id pass reads of `vma`, its handle `vma` itself.
+///
+/// # Safety
+///
+/// `vma` is live and stable: its mm read-locked, or itself read-locked
+/// (`lock_vma_under_rcu()`).
+unsafe fn vma_fields(vma: *mut bindings::vm_area_struct) -> Vma {
+    // SAFETY: `vma` is live and stable (the caller's contract).
     let v = unsafe { &*vma };
     // SAFETY: the first union member of a live vma holds `vm_start`/`vm_end`.
     let range = unsafe { v.__bindgen_anon_1.__bindgen_anon_1 };
-    let found = Vma {
+    Vma {
         start: range.vm_start as u64,
         end: range.vm_end as u64,
         pgoff: v.vm_pgoff as u64,
         anonymous: v.vm_ops.is_null(),
         handle: vma as usize,
-    };
-    Some((found, vma))
+    }
+}
+
+/// The vma of `current->mm` that holds an address, read-locked by its own lock
+/// (`lock_vma_under_rcu()`), with the mmap lock not taken.
+///
+/// # Invariants
+///
+/// `vma` comes from a successful `rkf_stack_vma_lock()` and is read-locked while `self`
+/// lives.
+struct LockedVma {
+    vma: *mut bindings::vm_area_struct,
+}
+
+impl LockedVma {
+    fn lock(ip: u64) -> Option<Self> {
+        let vma = rkf_h::rkf_stack_vma_lock(ip as usize);
+        // INVARIANT: locked, if not NULL.
+        (!vma.is_null()).then_some(Self { vma })
+    }
+}
+
+impl Drop for LockedVma {
+    fn drop(&mut self) {
+        // SAFETY: `vma` is read-locked by a successful `rkf_stack_vma_lock()` (type
+        // invariant), and dropped once.
+        unsafe { rkf_h::rkf_stack_vma_unlock(self.vma) };
+    }
 }
 
 impl AddressSpace for LockedMm {
@@ -141,14 +178,16 @@ impl AddressSpace for LockedMm {
 
 /// `current->mm` for build ids read where a page fault is allowed (a sleepable program),
 /// as 7.3's `stack_map_get_build_id_offset_sleepable()` reads them: each lookup
-/// read-locks the mm (a trylock), takes the vma that holds `ip` (`vma_lookup()`), pins
-/// its file and unlocks; the build id is then read from the pinned file with no lock
-/// held.  Reading a file may take the filesystem's locks (an inode lock, under which a
-/// direct read pins user pages and so takes the mmap lock), which must not nest inside
-/// the mmap lock.  A vma of the file read last (another mapping of the same ELF: text,
-/// rodata) takes the build id read from it instead of reading the file again, and a vma
-/// without a file in between (JIT code, anonymous memory) leaves it pinned for the next,
-/// as 7.3's helper keeps its last resolved file.
+/// read-locks the vma that holds `ip` by its own lock (`lock_vma_under_rcu()`), or else
+/// the mm (a trylock) and takes that vma (`vma_lookup()`), as `stack_map_lock_vma()`
+/// does; it pins the vma's file and unlocks, and the build id is then read from the
+/// pinned file with no lock held.  Reading a file may take the filesystem's locks (an
+/// inode lock, under which a direct read pins user pages and so takes the mmap lock),
+/// which must not nest inside the mmap lock (nor inside a vma's).  A vma of the file read
+/// last (another mapping of the same ELF: text, rodata) takes the build id read from it
+/// instead of reading the file again, and a vma without a file in between (JIT code,
+/// anonymous memory) leaves it pinned for the next, as 7.3's helper keeps its last
+/// resolved file.
 ///
 /// # Invariants
 ///
@@ -181,6 +220,31 @@ impl PinningMm {
             self.id = None;
         }
     }
+
+    /// The fields of `vma` and its file (NULL for an anonymous vma), with a reference of
+    /// ours taken on a file other than `self.file`, which the caller puts into
+    /// `self.file` once the lock is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `vma` is live and stable (its mm or itself read-locked) while this runs.
+    unsafe fn snapshot(&self, vma: *mut bindings::vm_area_struct) -> (Vma, *mut bindings::file) {
+        // SAFETY: `vma` is live and stable (the caller's contract).
+        let found = unsafe { vma_fields(vma) };
+        let file = if found.anonymous {
+            ptr::null_mut()
+        } else {
+            // SAFETY: as above.
+            unsafe { (*vma).vm_file }
+        };
+        if !file.is_null() && file != self.file {
+            // SAFETY: `file` is the live vma's file, whose reference the vma holds while
+            // it is locked; get_file() takes one of our own, which the caller puts into
+            // `self.file`.
+            unsafe { bindings::get_file(file) };
+        }
+        (found, file)
+    }
 }
 
 impl Drop for PinningMm {
@@ -191,7 +255,10 @@ impl Drop for PinningMm {
 
 impl AddressSpace for PinningMm {
     fn find_vma(&mut self, ip: u64) -> Option<Vma> {
-        let (found, file) = {
+        let (found, file) = if let Some(locked) = LockedVma::lock(ip) {
+            // SAFETY: the vma is read-locked until `locked` drops at the end of this block.
+            unsafe { self.snapshot(locked.vma) }
+        } else {
             let mm = LockedMm::lock()?;
             // SAFETY: `mm` is read-locked until it drops at the end of this block, and the
             // vma is used only before that.
@@ -200,19 +267,8 @@ impl AddressSpace for PinningMm {
                 // vma_lookup(): no vma holds `ip`.
                 return None;
             }
-            let file = if found.anonymous {
-                ptr::null_mut()
-            } else {
-                // SAFETY: `vma` is live while the mm is locked.
-                unsafe { (*vma).vm_file }
-            };
-            if !file.is_null() && file != self.file {
-                // SAFETY: `file` is the live vma's file, whose reference the vma holds
-                // while the mm is locked; get_file() takes one of our own, which goes
-                // into `self.file` below.
-                unsafe { bindings::get_file(file) };
-            }
-            (found, file)
+            // SAFETY: as above.
+            unsafe { self.snapshot(vma) }
         };
         // Unlocked: the file put, if it was the last reference, is not released under the
         // mmap lock.  The same file keeps its reference and its build id, and so does a
