@@ -109,9 +109,9 @@ struct rkf_percpu_probe {
  * For fentry/fexit, tp_btf and raw_tp programs this is where the helper's stack starts
  * too.  For tracepoint programs the helper starts at the tracepoint, 4 frames further
  * down (the program, trace_call_bpf(), perf_trace_run_bpf_submit(),
- * perf_trace_<event>()): add 4 to the skip count for the helper's stack.  The kfuncs
- * need CAP_PERFMON-loaded programs only for uninitialised stack buffers; initialise the
- * buffer otherwise.
+ * perf_trace_<event>()): add 4 to the skip count for the helper's stack.  These three
+ * kfuncs need CAP_PERFMON-loaded programs only for uninitialised stack buffers;
+ * initialise the buffer otherwise.
  *
  * In a sleepable program (uprobe.s, fentry.s, iter.s, lsm.s, syscall) the kfuncs parse
  * build ids where a page fault is allowed, as bpf_get_stack_sleepable() and

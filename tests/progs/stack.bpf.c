@@ -23,8 +23,8 @@ struct stack_sample {
 	__u64 h[DEPTH];
 };
 
-/* Inputs. */
-__u32 target_tgid;
+/* Inputs: the test thread, the only one whose events the programs take. */
+__u32 target_tid;
 __u64 flags;
 __u32 size;
 __u32 armed[NR_KINDS];
@@ -59,7 +59,7 @@ static __always_inline int take(enum kind k, void *ctx)
 	struct stack_sample *s = &samples[k];
 	__u32 sz = size;
 
-	if (k != SYSCALL && bpf_get_current_pid_tgid() >> 32 != target_tgid)
+	if (k != SYSCALL && (__u32)bpf_get_current_pid_tgid() != target_tid)
 		return 0;
 	if (!armed[k])
 		return 0;
@@ -154,7 +154,7 @@ int perf_event_kfunc_prog(struct bpf_perf_event_data *ctx)
 	struct stack_sample *s = &pe_kfunc_sample;
 	__u32 sz = size;
 
-	if (bpf_get_current_pid_tgid() >> 32 != target_tgid || !pe_kfunc_armed)
+	if ((__u32)bpf_get_current_pid_tgid() != target_tid || !pe_kfunc_armed)
 		return 0;
 	pe_kfunc_armed = 0;
 	if (sz > sizeof(s->kf))

@@ -10,6 +10,8 @@
  *                                 bpf_rkf_get_task_stack() of the current task), then
  *                                 the helpers (bpf_get_stack(), bpf_get_task_stack())
  *   untouched_rcu      uprobe.s   the kfuncs, inside bpf_rcu_read_lock(): no sleeping
+ *   untouched_preempt  uprobe.s   the kfuncs, inside bpf_preempt_disable(): likewise
+ *   untouched_irq      uprobe.s   the kfuncs, inside bpf_local_irq_save(): likewise
  *   untouched_kf       uprobe.s   bpf_rkf_get_stack_kprobe() alone
  *   untouched_kf_task  uprobe.s   bpf_rkf_get_task_stack() alone
  *   untouched_helpers  uprobe.s   the helpers alone, which the verifier gives their
@@ -25,6 +27,10 @@
 
 extern void bpf_rcu_read_lock(void) __ksym;
 extern void bpf_rcu_read_unlock(void) __ksym;
+extern void bpf_preempt_disable(void) __ksym;
+extern void bpf_preempt_enable(void) __ksym;
+extern void bpf_local_irq_save(unsigned long *flags) __ksym;
+extern void bpf_local_irq_restore(unsigned long *flags) __ksym;
 
 #define FRAMES 4
 /* struct bpf_stack_build_id entries, as u64 words for the skeleton's plain arrays */
@@ -43,7 +49,7 @@ struct take {
 	__u64 h_task[WORDS];
 };
 
-enum slot { ATOMIC, RCU, KF, KF_TASK, HELPERS, SYSCALL, SLOTS };
+enum slot { ATOMIC, RCU, KF, KF_TASK, HELPERS, SYSCALL, PREEMPT, IRQ, SLOTS };
 
 __u32 target_tid;
 struct take takes[SLOTS];
@@ -92,6 +98,35 @@ int BPF_UPROBE(untouched_rcu)
 	bpf_rcu_read_lock();
 	take_kfuncs(ctx, t);
 	bpf_rcu_read_unlock();
+	t->runs++;
+	return 0;
+}
+
+SEC("uprobe.s")
+int BPF_UPROBE(untouched_preempt)
+{
+	struct take *t = &takes[PREEMPT];
+
+	if (!mine())
+		return 0;
+	bpf_preempt_disable();
+	take_kfuncs(ctx, t);
+	bpf_preempt_enable();
+	t->runs++;
+	return 0;
+}
+
+SEC("uprobe.s")
+int BPF_UPROBE(untouched_irq)
+{
+	struct take *t = &takes[IRQ];
+	unsigned long flags;
+
+	if (!mine())
+		return 0;
+	bpf_local_irq_save(&flags);
+	take_kfuncs(ctx, t);
+	bpf_local_irq_restore(&flags);
 	t->runs++;
 	return 0;
 }

@@ -159,7 +159,7 @@ fn load<'o>(
             .bss_data
             .as_deref_mut()
             .context("no .bss")?
-            .target_tgid = std::process::id();
+            .target_tid = nix::unistd::gettid().as_raw() as u32;
         Ok(())
     })?;
     let k = KernelSymbolizer::new();
@@ -292,7 +292,7 @@ fn check_untouched_past(what: &str, kf: &[u8], zeroed: usize, size: usize) -> Re
 }
 
 /// Checks that one sample is the helper's: the same return value and the same `size`
-/// bytes.  The one documented exception: for programs whose kernel stack starts at the
+/// bytes, and nothing past them written.  The one documented exception: for programs whose kernel stack starts at the
 /// program, frame 0 is the return address of the call, which differs between the two
 /// calls; it must name the same program for both.  (Tracepoint programs skip the frames
 /// above the tracepoint for the kfunc, see [`calibrate_tracepoint`], and compare whole.)
@@ -307,6 +307,10 @@ fn compare(s: &Sample, flags: u64, size: usize, k: &KernelSymbolizer) -> Result<
         s.kf_ret,
         s.h_ret,
         "{kind:?}: return value (kfunc vs helper)"
+    );
+    check!(
+        s.kf[size..].iter().all(|&b| b == 0xaa),
+        "{kind:?}: the kfunc wrote past its {size} bytes"
     );
     let (kf, h) = (&s.kf[..size], &s.h[..size]);
     let starts_at_program = matches!(
@@ -770,20 +774,38 @@ fn perf_event_differential() -> Result<()> {
     let (mut skel, k) = load(&mut obj)?;
     for (sample_type, what) in [(0, "regs"), (PERF_SAMPLE_CALLCHAIN, "sampled callchain")] {
         // (flags, size, what the helper returns).  The sample may interrupt this thread
-        // in user space, where it has no kernel stack (0 bytes), but always a user one.
+        // in user space, where it has no kernel stack (0 bytes, or -EFAULT past a skip),
+        // but always a user one: a kernel row is sampled again until the helper finds
+        // kernel frames, each sample compared.
         let einval = Want::Error(-i64::from(libc::EINVAL));
+        let efault = -i64::from(libc::EFAULT);
         for (flags, size, want) in [
-            (0u64, BUF, Want::Skipped),
-            (1, BUF, Want::Skipped),
+            (0u64, BUF, Want::Frames),
+            (1, BUF, Want::Frames),
             (F_USER_STACK, BUF, Want::Frames),
             (F_USER_STACK | 1, BUF, Want::Skipped),
             (F_USER_STACK | F_USER_BUILD_ID, 8 * 32, Want::Frames),
             (1 << 9, BUF, einval),
             (0, 12, einval),
         ] {
-            let s = perf_event_sample(&mut skel, sample_type, flags, size)?;
+            let mut user_samples = 0;
+            let s = loop {
+                let s = perf_event_sample(&mut skel, sample_type, flags, size)?;
+                if flags & F_USER_STACK != 0 || (s.h_ret != 0 && s.h_ret != efault) {
+                    break s;
+                }
+                compare(&s, flags, size as usize, &k).with_context(|| {
+                    format!("perf_event ({what}), flags {flags:#x}, a sample in user space")
+                })?;
+                user_samples += 1;
+                check!(
+                    user_samples < 100,
+                    "perf_event ({what}), flags {flags:#x}: 100 samples without a kernel frame"
+                );
+            };
             diag!(
-                "perf_event ({what}), flags {flags:#x}: kfunc {} helper {}",
+                "perf_event ({what}), flags {flags:#x}: kfunc {} helper {} ({user_samples} \
+                 samples in user space before)",
                 s.kf_ret,
                 s.h_ret
             );
@@ -830,6 +852,12 @@ fn perf_event_precise() -> Result<()> {
             Exclude::User,
             true,
             "no user callchain",
+        ),
+        (
+            PERF_SAMPLE_CALLCHAIN,
+            Exclude::Kernel,
+            true,
+            "no kernel callchain",
         ),
         (
             PERF_SAMPLE_CALLCHAIN,

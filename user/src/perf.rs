@@ -56,6 +56,8 @@ pub enum Exclude {
     Nothing,
     /// The user frames (`exclude_callchain_user`).
     User,
+    /// The kernel frames (`exclude_callchain_kernel`).
+    Kernel,
 }
 
 /// Opens a cpu-clock event as [`open_cpu_clock()`] does, asking for precise samples
@@ -72,6 +74,7 @@ pub fn open_cpu_clock_precise(
     open(target, sampling, sample_type, |attr| {
         attr.set_precise_ip(1);
         attr.set_exclude_callchain_user((exclude == Exclude::User).into());
+        attr.set_exclude_callchain_kernel((exclude == Exclude::Kernel).into());
     })
 }
 

@@ -125,6 +125,8 @@ enum Prog {
     KfTask,
     Helpers,
     Syscall,
+    Preempt,
+    Irq,
 }
 
 /// A copy of this process's libc in `$TMPDIR`, its first page out of the page cache, is
@@ -133,7 +135,9 @@ enum Prog {
 ///
 /// - non-sleepable: frame 0 is the ip (status IP): the build id cannot be read without a
 ///   fault; the kfuncs' stacks are the helpers', byte for byte;
-/// - sleepable, inside bpf_rcu_read_lock(): the ip too, where sleeping is not allowed;
+/// - sleepable, inside bpf_rcu_read_lock(), bpf_preempt_disable() or
+///   bpf_local_irq_save(): the ip too, where sleeping is not allowed (with irqs
+///   disabled, the mmap lock is given back from an irq_work);
 /// - sleepable, each kfunc alone (and bpf_rkf_get_stack() alone from a syscall program,
 ///   run through the copy's syscall()): build id + file offset (status VALID, libc's build
 ///   id, getpid()'s offset, or syscall()'s past its syscall instruction);
@@ -248,6 +252,8 @@ fn with_mapping(
             let p = match prog {
                 Prog::Atomic => &skel.progs.untouched_atomic,
                 Prog::Rcu => &skel.progs.untouched_rcu,
+                Prog::Preempt => &skel.progs.untouched_preempt,
+                Prog::Irq => &skel.progs.untouched_irq,
                 Prog::Kf => &skel.progs.untouched_kf,
                 Prog::KfTask => &skel.progs.untouched_kf_task,
                 _ => &skel.progs.untouched_helpers,
@@ -308,33 +314,28 @@ fn with_mapping(
         "the non-sleepable program read the first page in"
     );
 
-    let t = run(Prog::Rcu)?;
-    check_eq!(
-        t.kf_ret,
-        t.kf_task_ret,
-        "inside bpf_rcu_read_lock(): both kfuncs' returns"
-    );
-    check!(
-        t.kf_ret >= 32,
-        "inside bpf_rcu_read_lock(): no user frame ({})",
-        t.kf_ret
-    );
-    check_same(
-        "inside bpf_rcu_read_lock(): stack and task stack",
-        &bytes(&t.kf),
-        &bytes(&t.kf_task),
-        true,
-        &k,
-    )?;
-    check_eq!(
-        frame0(&bytes(&t.kf)),
-        atomic,
-        "inside bpf_rcu_read_lock(): frame 0 (the ip)"
-    );
-    check!(
-        !first_page_cached(base)?,
-        "a kfunc inside bpf_rcu_read_lock() read the first page in"
-    );
+    // Sleepable programs where they may not sleep: the ip, as in a non-sleepable one.
+    for (prog, inside) in [
+        (Prog::Rcu, "inside bpf_rcu_read_lock()"),
+        (Prog::Preempt, "inside bpf_preempt_disable()"),
+        (Prog::Irq, "inside bpf_local_irq_save()"),
+    ] {
+        let t = run(prog)?;
+        check_eq!(t.kf_ret, t.kf_task_ret, "{inside}: both kfuncs' returns");
+        check!(t.kf_ret >= 32, "{inside}: no user frame ({})", t.kf_ret);
+        check_same(
+            &format!("{inside}: stack and task stack"),
+            &bytes(&t.kf),
+            &bytes(&t.kf_task),
+            true,
+            &k,
+        )?;
+        check_eq!(frame0(&bytes(&t.kf)), atomic, "{inside}: frame 0 (the ip)");
+        check!(
+            !first_page_cached(base)?,
+            "a kfunc {inside} read the first page in"
+        );
+    }
 
     let t = run(Prog::Kf)?;
     check!(

@@ -185,6 +185,10 @@ fn other_task(
                 k,
             )?;
             check!(s.kf_ret > 0, "{what}: a stack ({} bytes)", s.kf_ret);
+            check!(
+                s.kf[size as usize..].iter().all(|&b| b == 0xaa),
+                "{what}: the kfunc wrote past its {size} bytes"
+            );
         }
     }
     // The path it sleeps in, frame for frame as the kernel prints it.
