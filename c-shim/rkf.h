@@ -150,7 +150,8 @@ long rkf_stack_prepare(void *buf, u32 size, u64 flags, bool may_fault,
 		       struct rkf_stack_walk *walk);
 long rkf_stack_finish(void *buf, u32 size, const struct rkf_stack_walk *walk, long nr);
 long rkf_stack_get_sampled(const u64 *ips, u64 nr, void *buf, u32 size, u64 flags);
-long rkf_stack_check_task(const struct rkf_stack_walk *walk, bool is_current, bool user_regs);
+long rkf_stack_check_task(const struct rkf_stack_walk *walk, bool is_current, bool user_regs,
+			  bool perf_event);
 
 /*
  * Exported by scripts/kernel/patches/0001 and declared by linux/perf_event.h, but not in

@@ -316,9 +316,14 @@ __bpf_kfunc long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf
  * The kernel stack of another task is the one it was switched out with; the current
  * task's starts in this kfunc, above the calling program (the helper's, in the helper).
  * A user stack is the current task's only: another task's gives -EOPNOTSUPP, a task
- * without user regs -EFAULT, as with the helper.  The stack is not pinned here
- * (put_task_stack() is not exported): stack_trace_save_tsk() pins it for the walk, and
- * another task's regs are read fault-safely (rkf_task_user_regs()).  That is also why an
+ * without user regs -EFAULT, as with the helper.  And not in a perf_event program: its
+ * walk (get_perf_callchain()) would overwrite the per-cpu callchain entry that holds the
+ * sample's callchain, which bpf_rkf_get_stack_pe() and the sample's record read after it
+ * (the helper's does): -EOPNOTSUPP; bpf_rkf_get_stack_pe() takes the user stack there.
+ *
+ * The stack is not pinned here (put_task_stack() is not exported):
+ * stack_trace_save_tsk() pins it for the walk, and another task's regs are read
+ * fault-safely (rkf_task_user_regs()).  That is also why an
  * RCU-protected task will do, as for the helper: RCU keeps the task_struct, and nothing
  * here needs a reference to it or to its stack beyond what the walk takes.
  *
@@ -342,7 +347,8 @@ __bpf_kfunc long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, u32
 	if (ret)
 		return ret;
 	user_regs = is_current ? user_mode(task_pt_regs(task)) : rkf_task_user_regs(task);
-	ret = rkf_stack_check_task(&walk, is_current, user_regs);
+	ret = rkf_stack_check_task(&walk, is_current, user_regs,
+				   resolve_prog_type(aux->prog) == BPF_PROG_TYPE_PERF_EVENT);
 	if (!ret && walk.user)
 		ret = rkf_stack_capture(task_pt_regs(task), buf, &walk);
 	else if (!ret)

@@ -135,8 +135,10 @@ extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u
  * under RCU), not an untrusted one (an fentry argument: acquire it with
  * bpf_task_from_pid()).  Another task's kernel stack is the one it was
  * switched out with; a user stack is the current task's only (another task's:
- * -EOPNOTSUPP; a kernel thread's: -EFAULT).  Flags, layout, errnos and the zeroed tail are
- * bpf_get_task_stack()'s.
+ * -EOPNOTSUPP; a kernel thread's: -EFAULT), and not in a perf_event program (-EOPNOTSUPP:
+ * its walk would overwrite the sample's callchain, which the helper's does; take it with
+ * bpf_rkf_get_stack_pe()).  Flags, layout, errnos and the zeroed tail are
+ * bpf_get_task_stack()'s.  Programs that call it need CAP_PERFMON, as for the helper.
  */
 extern long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, __u32 buf__sz,
 				   __u64 flags) __ksym __weak;

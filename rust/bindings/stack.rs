@@ -81,5 +81,6 @@ unsafe extern "C" {
         walk: *const rkf_stack_walk,
         is_current: bool_,
         user_regs: bool_,
+        perf_event: bool_,
     ) -> ffi::c_long;
 }

@@ -97,7 +97,8 @@ pub(crate) unsafe extern "C" fn rkf_stack_finish(
 /// `walk`: 0, or `-errno` for the shim to finish with (which zeroes the buffer).
 ///
 /// `is_current` tells whether the task is the current one, `user_regs` whether it has user
-/// regs (see `bpf_rkf_get_task_stack()` in the shim).
+/// regs, `perf_event` whether the calling program is a perf_event one (see
+/// `bpf_rkf_get_task_stack()` in the shim).
 ///
 /// # Safety
 ///
@@ -107,10 +108,11 @@ pub(crate) unsafe extern "C" fn rkf_stack_check_task(
     walk: *const rkf_h::rkf_stack_walk,
     is_current: bool,
     user_regs: bool,
+    perf_event: bool,
 ) -> c_long {
     // SAFETY: `walk` points to a filled walk (the caller's guarantee).
     let user = unsafe { (*walk).user };
-    match stack_core::check_task(user, is_current, user_regs) {
+    match stack_core::check_task(user, is_current, user_regs, perf_event) {
         Ok(()) => 0,
         Err(errno) => -(errno as c_long),
     }
@@ -178,7 +180,7 @@ const _: () = {
         rkf_stack_get_sampled,
     ];
     let _ = [
-        rkf_h::rkf_stack_check_task as unsafe extern "C" fn(_, _, _) -> _,
+        rkf_h::rkf_stack_check_task as unsafe extern "C" fn(_, _, _, _) -> _,
         rkf_stack_check_task,
     ];
 };

@@ -165,4 +165,41 @@ int perf_event_kfunc_prog(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/*
+ * bpf_rkf_get_task_stack() of the current task in a perf_event program, between two
+ * copies of the sample's kernel callchain: a user stack is refused (-EOPNOTSUPP), as its
+ * walk would overwrite the per-cpu entry that holds the sample's callchain (which the
+ * helper's does); a kernel stack is taken.  The sample reads the same after either.
+ */
+struct pe_task_sample {
+	long task_ret;
+	long before_ret;
+	long after_ret;
+	__u64 task[DEPTH];
+	__u64 before[DEPTH];
+	__u64 after[DEPTH];
+};
+
+struct pe_task_sample pe_task_sample;
+__u64 pe_task_flags;
+__u32 pe_task_armed;
+__u32 pe_task_done;
+
+SEC("perf_event")
+int perf_event_task_prog(struct bpf_perf_event_data *ctx)
+{
+	struct pe_task_sample *s = &pe_task_sample;
+
+	if ((__u32)bpf_get_current_pid_tgid() != target_tid || !pe_task_armed)
+		return 0;
+	pe_task_armed = 0;
+	s->before_ret = bpf_rkf_get_stack_pe(ctx, s->before, sizeof(s->before), 0);
+	s->task_ret = bpf_rkf_get_task_stack(bpf_get_current_task_btf(), s->task,
+					     sizeof(s->task), pe_task_flags);
+	s->after_ret = bpf_rkf_get_stack_pe(ctx, s->after, sizeof(s->after), 0);
+	/* A locked add: after the sample's stores for the reader. */
+	__sync_fetch_and_add(&pe_task_done, 1);
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "GPL";

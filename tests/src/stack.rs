@@ -61,6 +61,10 @@ pub const TESTS: &[Test] = &[
         run: perf_event_precise,
     },
     Test {
+        name: "stack_perf_event_task_stack_keeps_the_sample",
+        run: perf_event_task_stack,
+    },
+    Test {
         name: "stack_perf_event_kfunc_only_in_perf_event_programs",
         run: pe_only_in_perf_event_programs,
     },
@@ -818,6 +822,98 @@ fn perf_event_differential() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// bpf_rkf_get_task_stack() of the current task in a perf_event program on an event that
+/// samples callchains (perf_event_task_prog).  A user stack would be walked with
+/// get_perf_callchain() into the per-cpu callchain entry of the overflow handler's
+/// context, the one that holds the sample's own callchain, which bpf_rkf_get_stack_pe()
+/// and the sample's record read after the call: the kfunc refuses it with -EOPNOTSUPP and
+/// a zeroed buffer.  A kernel stack is walked with stack_trace_save_tsk(), not into that
+/// entry, and is taken.  Either way the sample's kernel callchain reads the same after the
+/// call as before it, on a sample taken in the kernel (one with kernel frames: a sample
+/// in user space has none, and is taken again).
+fn perf_event_task_stack() -> Result<()> {
+    let mut obj = MaybeUninit::uninit();
+    let (mut skel, _) = load(&mut obj)?;
+    let eopnotsupp = Want::Error(-i64::from(libc::EOPNOTSUPP));
+    for (flags, want) in [
+        (F_USER_STACK, eopnotsupp),
+        (F_USER_STACK | F_USER_BUILD_ID, eopnotsupp),
+        (0, Want::Frames),
+        (1, Want::Frames),
+    ] {
+        let what = format!("bpf_rkf_get_task_stack(current), flags {flags:#x}");
+        let mut user_samples = 0;
+        let s = loop {
+            let s = pe_task_sample(&mut skel, flags)?;
+            if s.before_ret != 0 {
+                break s;
+            }
+            user_samples += 1;
+            check!(
+                user_samples < 100,
+                "{what}: 100 samples without a kernel frame"
+            );
+        };
+        diag!(
+            "{what}: {} ({user_samples} samples in user space before); the sample's \
+             callchain {} bytes before, {} after",
+            s.task_ret,
+            s.before_ret,
+            s.after_ret
+        );
+        want.check(s.task_ret, &what)?;
+        let taken = usize::try_from(s.task_ret).unwrap_or(0);
+        check!(
+            bytes(&s.task)[taken..].iter().all(|&b| b == 0),
+            "{what}: the buffer past the {taken} bytes written is not zeroed"
+        );
+        check!(
+            s.before_ret > 0,
+            "bpf_rkf_get_stack_pe() before the call: {}",
+            s.before_ret
+        );
+        check_eq!(
+            (s.after_ret, s.after),
+            (s.before_ret, s.before),
+            "{what}: the sample's kernel callchain after the call, against before it"
+        );
+    }
+    Ok(())
+}
+
+/// One sample of perf_event_task_prog: cpu-clock on this thread, with perf's callchain.
+fn pe_task_sample(skel: &mut StackSkel<'_>, flags: u64) -> Result<types::pe_task_sample> {
+    let fd = open_cpu_clock(
+        Target::ThisThread,
+        Sampling::Period(100_000),
+        PERF_SAMPLE_CALLCHAIN,
+    )?;
+    {
+        let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
+        bss.pe_task_flags = flags;
+        let s = &mut bss.pe_task_sample;
+        s.task = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+        s.before = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+        s.after = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
+        bss.pe_task_done = 0;
+        fence(Ordering::SeqCst);
+        bss.pe_task_armed = 1;
+    }
+    let link = perf::attach(&skel.progs.perf_event_task_prog, fd)
+        .context("attaching perf_event_task_prog")?;
+    until_sampled(|| {
+        let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+        // SAFETY: `pe_task_done` is in the mapped .bss, which the program writes.
+        Ok(unsafe { std::ptr::read_volatile(&bss.pe_task_done) } == 0)
+    })?;
+    drop(link);
+    // The sample, written before the flag.
+    fence(Ordering::Acquire);
+    let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
+    check_eq!(bss.pe_task_done, 1, "perf_event_task_prog's runs");
+    Ok(bss.pe_task_sample)
 }
 
 /// Spends time in the kernel (and in user space) while `waiting`: until a perf_event

@@ -90,11 +90,19 @@ pub fn plan(flags: u64, size: u32, sysctl_max_stack: u32) -> Result<Request, i32
 /// user regs (`EFAULT` without them, as for a kernel thread), and can be walked
 /// for the current task only (`EOPNOTSUPP`: the callchain code does not walk another
 /// task's user stack).  A kernel stack can be taken of any task.
-pub fn check_task(user: bool, current: bool, user_regs: bool) -> Result<(), i32> {
+///
+/// And not from a perf_event program (`perf_event`), unlike the helper: perf's overflow
+/// handler runs it after taking the sample's callchain into the per-cpu callchain entry
+/// of its context level (perf_prepare_sample() in kernel/events/core.c), and the walk of a
+/// user stack (get_perf_callchain()) would take the same entry and overwrite it, under
+/// `bpf_get_stack_pe()`'s reads and the sample's record (`EOPNOTSUPP`: such a program
+/// takes the user stack with `bpf_rkf_get_stack_pe()`).  A kernel stack is walked into
+/// the caller's buffer, not into that entry.
+pub fn check_task(user: bool, current: bool, user_regs: bool, perf_event: bool) -> Result<(), i32> {
     if user && !user_regs {
         return Err(EFAULT);
     }
-    if user && !current {
+    if user && (!current || perf_event) {
         return Err(EOPNOTSUPP);
     }
     Ok(())

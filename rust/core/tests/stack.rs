@@ -52,22 +52,28 @@ fn build_id_without_user_checked_before_size() {
 fn task_table() {
     let kernel = plan(0, 64, SYSCTL).unwrap().user;
     let user = plan(F_USER_STACK, 64, SYSCTL).unwrap().user;
-    // (request, current, user regs, expected)
+    // (request, current, user regs, perf_event program, expected)
     let rows = [
-        (kernel, true, true, Ok(())),
-        (kernel, true, false, Ok(())),
-        (kernel, false, true, Ok(())),
-        (kernel, false, false, Ok(())),
-        (user, true, true, Ok(())),
-        (user, true, false, Err(EFAULT)),
-        (user, false, true, Err(EOPNOTSUPP)),
-        (user, false, false, Err(EFAULT)), // no user regs is checked first
+        (kernel, true, true, false, Ok(())),
+        (kernel, true, false, false, Ok(())),
+        (kernel, false, true, false, Ok(())),
+        (kernel, false, false, false, Ok(())),
+        (kernel, true, true, true, Ok(())),
+        (kernel, false, true, true, Ok(())),
+        (user, true, true, false, Ok(())),
+        (user, true, false, false, Err(EFAULT)),
+        (user, false, true, false, Err(EOPNOTSUPP)),
+        (user, false, false, false, Err(EFAULT)), // no user regs is checked first
+        (user, true, true, true, Err(EOPNOTSUPP)),
+        (user, false, true, true, Err(EOPNOTSUPP)),
+        (user, true, false, true, Err(EFAULT)),
     ];
-    for (user, current, user_regs, want) in rows {
+    for (user, current, user_regs, perf_event, want) in rows {
         assert_eq!(
-            check_task(user, current, user_regs),
+            check_task(user, current, user_regs, perf_event),
             want,
-            "check_task(user stack {user}, current {current}, user regs {user_regs})"
+            "check_task(user stack {user}, current {current}, user regs {user_regs}, \
+             perf_event program {perf_event})"
         );
     }
 }
