@@ -8,7 +8,8 @@
  * build ids) and rust/core/src/stack.rs.
  *
  * Everything here mirrors kernel/bpf/stackmap.c and kernel/trace/bpf_trace.c so that the
- * kfuncs return byte for byte what the helper returns.
+ * kfuncs return byte for byte what the helper returns, but where the helper would
+ * overwrite a perf sample's callchain (bpf_rkf_get_task_stack()).
  */
 
 #include <linux/bpf.h>
@@ -432,7 +433,9 @@ int rkf_stack_kfunc_filter_init(void)
  * handler, not at the sampled registers, and get_perf_callchain() at the same context
  * level would overwrite the per-cpu entry that holds the sample's own callchain
  * (perf_callchain() in kernel/events/core.c), which bpf_rkf_get_stack_pe() and the
- * sample's record then read.
+ * sample's record then read.  A tracing program attached to a perf_event program (fentry
+ * on a BPF program) runs there too and is not kept from it, as the kernel does not keep
+ * it from bpf_get_stack().
  */
 static int rkf_stack_kfunc_filter(const struct bpf_prog *prog, u32 kfunc_id)
 {
@@ -539,6 +542,8 @@ void rkf_stack_mm_unlock(struct mm_struct *mm, void *cookie)
  * contended mmap lock does not cost the build id.  It fails, rather than wait, on a vma
  * being changed, a write-locked one included: never a deadlock with a lock the calling
  * program's context holds.
+ *
+ * Context: task context, not NMI (a failed lookup may drop an mm reference).
  *
  * Return: the vma, read-locked until rkf_stack_vma_unlock(), or NULL (no mm, no vma
  * holds @ip, the vma is being changed, or the kernel has no per-vma locks): the caller

@@ -136,8 +136,14 @@ struct LockedVma {
 impl LockedVma {
     fn lock(ip: u64) -> Option<Self> {
         let vma = rkf_h::rkf_stack_vma_lock(ip as usize);
-        // INVARIANT: locked, if not NULL.
-        (!vma.is_null()).then_some(Self { vma })
+        // Not `then_some()`: that would build, and so drop (unlock), a `LockedVma` for a
+        // NULL vma.
+        if vma.is_null() {
+            None
+        } else {
+            // INVARIANT: locked above.
+            Some(Self { vma })
+        }
     }
 }
 

@@ -60,3 +60,31 @@ __attribute__((noinline)) long rkf_stack_syscall_at(int depth)
 	}
 	return syscall(SYS_getpgid, 0);
 }
+
+/*
+ * Calls @fn, a function that sets up no frame of its own (glibc's getpid()), with rbp
+ * pointing to a frame whose return address is @ret and after which there is none: the
+ * kernel's frame-pointer walk of the user stack from inside @fn finds @ret as a caller.
+ * The stack is moved past the red zone and aligned first, as this function is a leaf to
+ * the compiler; rbp is saved and restored around the call.
+ */
+int rkf_call_with_bogus_caller(int (*fn)(void), unsigned long ret)
+{
+	unsigned long frame[2] = { 0, ret };	/* next frame: none; return address */
+	unsigned long *fp = frame;
+	int r;
+
+	asm volatile("mov %%rsp, %%r12\n\t"
+		     "sub $128, %%rsp\n\t"
+		     "and $-16, %%rsp\n\t"
+		     "push %%rbp\n\t"
+		     "sub $8, %%rsp\n\t"
+		     "mov %%rsi, %%rbp\n\t"
+		     "call *%%rdi\n\t"
+		     "mov 8(%%rsp), %%rbp\n\t"
+		     "mov %%r12, %%rsp\n\t"
+		     : "=a" (r), "+D" (fn), "+S" (fp)
+		     :
+		     : "r12", "rcx", "rdx", "r8", "r9", "r10", "r11", "memory", "cc");
+	return r;
+}

@@ -170,6 +170,7 @@ int perf_event_kfunc_prog(struct bpf_perf_event_data *ctx)
  * copies of the sample's kernel callchain: a user stack is refused (-EOPNOTSUPP), as its
  * walk would overwrite the per-cpu entry that holds the sample's callchain (which the
  * helper's does); a kernel stack is taken.  The sample reads the same after either.
+ * With pe_task_helper, bpf_get_task_stack() in its place: the control.
  */
 struct pe_task_sample {
 	long task_ret;
@@ -182,6 +183,7 @@ struct pe_task_sample {
 
 struct pe_task_sample pe_task_sample;
 __u64 pe_task_flags;
+__u32 pe_task_helper;
 __u32 pe_task_armed;
 __u32 pe_task_done;
 
@@ -194,8 +196,12 @@ int perf_event_task_prog(struct bpf_perf_event_data *ctx)
 		return 0;
 	pe_task_armed = 0;
 	s->before_ret = bpf_rkf_get_stack_pe(ctx, s->before, sizeof(s->before), 0);
-	s->task_ret = bpf_rkf_get_task_stack(bpf_get_current_task_btf(), s->task,
-					     sizeof(s->task), pe_task_flags);
+	if (pe_task_helper)
+		s->task_ret = bpf_get_task_stack(bpf_get_current_task_btf(), s->task,
+						 sizeof(s->task), pe_task_flags);
+	else
+		s->task_ret = bpf_rkf_get_task_stack(bpf_get_current_task_btf(), s->task,
+						     sizeof(s->task), pe_task_flags);
 	s->after_ret = bpf_rkf_get_stack_pe(ctx, s->after, sizeof(s->after), 0);
 	/* A locked add: after the sample's stores for the reader. */
 	__sync_fetch_and_add(&pe_task_done, 1);

@@ -296,9 +296,9 @@ fn check_untouched_past(what: &str, kf: &[u8], zeroed: usize, size: usize) -> Re
 }
 
 /// Checks that one sample is the helper's: the same return value and the same `size`
-/// bytes, and nothing past them written.  The one documented exception: for programs whose kernel stack starts at the
-/// program, frame 0 is the return address of the call, which differs between the two
-/// calls; it must name the same program for both.  (Tracepoint programs skip the frames
+/// bytes, and nothing past them written.  The one documented exception: for programs
+/// whose kernel stack starts at the program, frame 0 is the return address of the call,
+/// which differs between the two calls; it must name the same program for both.  (Tracepoint programs skip the frames
 /// above the tracepoint for the kfunc, see [`calibrate_tracepoint`], and compare whole.)
 fn compare(s: &Sample, flags: u64, size: usize, k: &KernelSymbolizer) -> Result<()> {
     let kind = s.kind;
@@ -832,10 +832,36 @@ fn perf_event_differential() -> Result<()> {
 /// a zeroed buffer.  A kernel stack is walked with stack_trace_save_tsk(), not into that
 /// entry, and is taken.  Either way the sample's kernel callchain reads the same after the
 /// call as before it, on a sample taken in the kernel (one with kernel frames: a sample
-/// in user space has none, and is taken again).
+/// in user space has none, and is taken again).  The control: the helper,
+/// bpf_get_task_stack(), takes the user stack there, and the sample's callchain reads
+/// differently after it.
 fn perf_event_task_stack() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, _) = load(&mut obj)?;
+    let mut user_samples = 0;
+    let s = loop {
+        let s = pe_task_sample(&mut skel, F_USER_STACK, true)?;
+        if s.before_ret > 0 {
+            break s;
+        }
+        user_samples += 1;
+        check!(
+            user_samples < 100,
+            "the control: 100 samples without a kernel frame"
+        );
+    };
+    diag!(
+        "the control, bpf_get_task_stack(current), a user stack: {}; the sample's \
+         callchain {} bytes before, {} after",
+        s.task_ret,
+        s.before_ret,
+        s.after_ret
+    );
+    check!(s.task_ret > 0, "the control: the helper took no user stack");
+    check!(
+        (s.after_ret, s.after) != (s.before_ret, s.before),
+        "the control: the sample's callchain reads the same after the helper's walk"
+    );
     let eopnotsupp = Want::Error(-i64::from(libc::EOPNOTSUPP));
     for (flags, want) in [
         (F_USER_STACK, eopnotsupp),
@@ -846,7 +872,7 @@ fn perf_event_task_stack() -> Result<()> {
         let what = format!("bpf_rkf_get_task_stack(current), flags {flags:#x}");
         let mut user_samples = 0;
         let s = loop {
-            let s = pe_task_sample(&mut skel, flags)?;
+            let s = pe_task_sample(&mut skel, flags, false)?;
             if s.before_ret != 0 {
                 break s;
             }
@@ -883,8 +909,13 @@ fn perf_event_task_stack() -> Result<()> {
     Ok(())
 }
 
-/// One sample of perf_event_task_prog: cpu-clock on this thread, with perf's callchain.
-fn pe_task_sample(skel: &mut StackSkel<'_>, flags: u64) -> Result<types::pe_task_sample> {
+/// One sample of perf_event_task_prog (the helper in the kfunc's place if `helper`):
+/// cpu-clock on this thread, with perf's callchain.
+fn pe_task_sample(
+    skel: &mut StackSkel<'_>,
+    flags: u64,
+    helper: bool,
+) -> Result<types::pe_task_sample> {
     let fd = open_cpu_clock(
         Target::ThisThread,
         Sampling::Period(100_000),
@@ -893,6 +924,7 @@ fn pe_task_sample(skel: &mut StackSkel<'_>, flags: u64) -> Result<types::pe_task
     {
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
         bss.pe_task_flags = flags;
+        bss.pe_task_helper = helper.into();
         let s = &mut bss.pe_task_sample;
         s.task = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];
         s.before = [0xaaaa_aaaa_aaaa_aaaa; DEPTH];

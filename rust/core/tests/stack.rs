@@ -67,6 +67,7 @@ fn task_table() {
         (user, true, true, true, Err(EOPNOTSUPP)),
         (user, false, true, true, Err(EOPNOTSUPP)),
         (user, true, false, true, Err(EFAULT)),
+        (user, false, false, true, Err(EFAULT)),
     ];
     for (user, current, user_regs, perf_event, want) in rows {
         assert_eq!(

@@ -116,6 +116,14 @@ fn evict(file: &File, base: NonNull<libc::c_void>, copy: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A return address in no mapping (below `vm.mmap_min_addr`).
+const BOGUS_CALLER: u64 = 0x10;
+
+extern "C" {
+    /// tests/helpers/stack_target.c: calls `f` below a frame whose caller is `ret`.
+    fn rkf_call_with_bogus_caller(f: extern "C" fn() -> libc::pid_t, ret: u64) -> libc::pid_t;
+}
+
 /// The programs of stack_sleepable.bpf.c, in its `enum slot` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Prog {
@@ -137,7 +145,8 @@ enum Prog {
 ///   fault; the kfuncs' stacks are the helpers', byte for byte;
 /// - sleepable, inside bpf_rcu_read_lock(), bpf_preempt_disable() or
 ///   bpf_local_irq_save(): the ip too, where sleeping is not allowed (with irqs
-///   disabled, the mmap lock is given back from an irq_work);
+///   disabled, the mmap lock is given back from an irq_work, which runs only once they
+///   are enabled again: the second kfunc then takes no lock and gives ips only);
 /// - sleepable, each kfunc alone (and bpf_rkf_get_stack() alone from a syscall program,
 ///   run through the copy's syscall()): build id + file offset (status VALID, libc's build
 ///   id, getpid()'s offset, or syscall()'s past its syscall instruction);
@@ -235,6 +244,8 @@ fn with_mapping(
     let pid = std::process::id();
     // Runs `prog` once: getpid() through the copy under its uprobe, or the syscall program
     // through the copy's syscall(); returns its take.
+    // Whether getpid() is called below a frame whose caller is in no mapping.
+    let bogus_caller = std::cell::Cell::new(false);
     let mut run = |prog: Prog| -> Result<types::take> {
         if prog == Prog::Syscall {
             // union bpf_attr's test: prog_fd first, everything else 0 (no context).
@@ -261,7 +272,14 @@ fn with_mapping(
             let link = p
                 .attach_uprobe(false, -1, copy, usize::try_from(getpid_off)?)
                 .with_context(|| format!("attaching {prog:?}"))?;
-            check_eq!(getpid() as u32, pid, "getpid() through the copy");
+            let got = if bogus_caller.get() {
+                // SAFETY: `getpid` sets up no frame and reads no argument; the helper
+                // saves and restores every register it changes but those of the call.
+                unsafe { rkf_call_with_bogus_caller(getpid, BOGUS_CALLER) }
+            } else {
+                getpid()
+            };
+            check_eq!(got as u32, pid, "getpid() through the copy");
             drop(link);
         }
         let bss = skel.maps.bss_data.as_deref_mut().context("no .bss")?;
@@ -323,13 +341,28 @@ fn with_mapping(
         let t = run(prog)?;
         check_eq!(t.kf_ret, t.kf_task_ret, "{inside}: both kfuncs' returns");
         check!(t.kf_ret >= 32, "{inside}: no user frame ({})", t.kf_ret);
-        check_same(
-            &format!("{inside}: stack and task stack"),
-            &bytes(&t.kf),
-            &bytes(&t.kf_task),
-            true,
-            &k,
-        )?;
+        let task = bytes(&t.kf_task);
+        if prog == Prog::Irq {
+            // With irqs disabled, the first kfunc's mmap unlock waits in the cpu's
+            // irq_work until they are enabled again; the second finds that slot busy,
+            // takes no lock and gives every frame as an ip, as the helper does
+            // (bpf_mmap_unlock_guard_get() in kernel/bpf/stackmap.c).
+            check!(
+                task[..usize::try_from(t.kf_task_ret)?]
+                    .chunks(32)
+                    .all(|e| status(e) == STATUS_IP),
+                "{inside}: the task stack, taken with the unlock's slot busy, has a build id"
+            );
+            check_eq!(frame0(&task), atomic, "{inside}: the task stack's frame 0");
+        } else {
+            check_same(
+                &format!("{inside}: stack and task stack"),
+                &bytes(&t.kf),
+                &task,
+                true,
+                &k,
+            )?;
+        }
         check_eq!(frame0(&bytes(&t.kf)), atomic, "{inside}: frame 0 (the ip)");
         check!(
             !first_page_cached(base)?,
@@ -349,6 +382,27 @@ fn with_mapping(
         &frame0(&kf),
         getpid_off,
     )?;
+    // A caller in no mapping: no vma holds it, by the vma's own lock
+    // (lock_vma_under_rcu() gives none) or by the mmap lock, and it stays an ip, with no
+    // build id; the frames before it keep theirs.
+    bogus_caller.set(true);
+    let t = run(Prog::Kf)?;
+    bogus_caller.set(false);
+    let what = format!("sleepable, a caller at {BOGUS_CALLER:#x}");
+    let kf_bogus = bytes(&t.kf);
+    let entries: Vec<&[u8]> = kf_bogus[..usize::try_from(t.kf_ret.max(0))?]
+        .chunks(32)
+        .collect();
+    for (i, e) in entries.iter().enumerate() {
+        diag!("{what}: frame {i} status {}, {:#x}", status(e), id_or_ip(e));
+    }
+    valid(&what, &frame0(&kf_bogus), getpid_off)?;
+    check!(
+        entries
+            .iter()
+            .any(|e| status(e) == STATUS_IP && id_or_ip(e) == BOGUS_CALLER && e[4..24] == [0; 20]),
+        "{what}: no frame is that ip, with status IP and no build id"
+    );
     evict(file, base, copy)?;
 
     let t = run(Prog::KfTask)?;
