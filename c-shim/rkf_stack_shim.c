@@ -8,8 +8,8 @@
  * build ids) and rust/core/src/stack.rs.
  *
  * Everything here mirrors kernel/bpf/stackmap.c and kernel/trace/bpf_trace.c so that the
- * kfuncs return byte for byte what the helper returns, but where the helper would
- * overwrite a perf sample's callchain (bpf_rkf_get_task_stack()).
+ * kfuncs return what the helper returns; the README lists where they differ (where the
+ * stack starts, a perf sample's callchain kept, build ids in more sleepable programs).
  */
 
 #include <linux/bpf.h>

@@ -137,8 +137,8 @@ extern long bpf_rkf_get_stack_pe(struct bpf_perf_event_data *ctx, void *buf, __u
  * switched out with; a user stack is the current task's only (another task's:
  * -EOPNOTSUPP; a kernel thread's: -EFAULT), and not in a perf_event program (-EOPNOTSUPP:
  * its walk would overwrite the sample's callchain, which the helper's does; take it with
- * bpf_rkf_get_stack_pe()).  Flags, layout, the zeroed tail and every other errno are
- * bpf_get_task_stack()'s.  Programs that call it need CAP_PERFMON, as for the helper.
+ * bpf_rkf_get_stack_pe()).  Flags, layout, the zeroed tail and the other errnos are
+ * bpf_get_task_stack()'s (the README lists where it differs).  Programs that call it need CAP_PERFMON, as for the helper.
  */
 extern long bpf_rkf_get_task_stack(struct task_struct *task, void *buf, __u32 buf__sz,
 				   __u64 flags) __ksym __weak;

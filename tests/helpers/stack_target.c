@@ -66,7 +66,8 @@ __attribute__((noinline)) long rkf_stack_syscall_at(int depth)
  * pointing to a frame whose return address is @ret and after which there is none: the
  * kernel's frame-pointer walk of the user stack from inside @fn finds @ret as a caller.
  * The stack is moved past the red zone and aligned first, as this function is a leaf to
- * the compiler; rbp is saved and restored around the call.
+ * the compiler; rbp is saved and restored around the call.  @fn may change only the
+ * registers the clobbers name: no vector or x87 register, as getpid() changes none.
  */
 int rkf_call_with_bogus_caller(int (*fn)(void), unsigned long ret)
 {

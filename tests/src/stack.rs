@@ -298,8 +298,9 @@ fn check_untouched_past(what: &str, kf: &[u8], zeroed: usize, size: usize) -> Re
 /// Checks that one sample is the helper's: the same return value and the same `size`
 /// bytes, and nothing past them written.  The one documented exception: for programs
 /// whose kernel stack starts at the program, frame 0 is the return address of the call,
-/// which differs between the two calls; it must name the same program for both.  (Tracepoint programs skip the frames
-/// above the tracepoint for the kfunc, see [`calibrate_tracepoint`], and compare whole.)
+/// which differs between the two calls; it must name the same program for both.
+/// (Tracepoint programs skip the frames above the tracepoint for the kfunc, see
+/// [`calibrate_tracepoint`], and compare whole.)
 fn compare(s: &Sample, flags: u64, size: usize, k: &KernelSymbolizer) -> Result<()> {
     let kind = s.kind;
     let (skip, user, build_id) = (
