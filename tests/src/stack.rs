@@ -793,21 +793,16 @@ fn perf_event_differential() -> Result<()> {
             (1 << 9, BUF, einval),
             (0, 12, einval),
         ] {
-            let mut user_samples = 0;
-            let s = loop {
-                let s = perf_event_sample(&mut skel, sample_type, flags, size)?;
-                if flags & F_USER_STACK != 0 || (s.h_ret != 0 && s.h_ret != efault) {
-                    break s;
-                }
-                compare(&s, flags, size as usize, &k).with_context(|| {
-                    format!("perf_event ({what}), flags {flags:#x}, a sample in user space")
-                })?;
-                user_samples += 1;
-                check!(
-                    user_samples < 100,
-                    "perf_event ({what}), flags {flags:#x}: 100 samples without a kernel frame"
-                );
-            };
+            let (s, user_samples) = kernel_sample(
+                &format!("perf_event ({what}), flags {flags:#x}"),
+                || perf_event_sample(&mut skel, sample_type, flags, size),
+                |s| flags & F_USER_STACK != 0 || (s.h_ret != 0 && s.h_ret != efault),
+                |s| {
+                    compare(s, flags, size as usize, &k).with_context(|| {
+                        format!("perf_event ({what}), flags {flags:#x}, a sample in user space")
+                    })
+                },
+            )?;
             diag!(
                 "perf_event ({what}), flags {flags:#x}: kfunc {} helper {} ({user_samples} \
                  samples in user space before)",
@@ -839,18 +834,12 @@ fn perf_event_differential() -> Result<()> {
 fn perf_event_task_stack() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, _) = load(&mut obj)?;
-    let mut user_samples = 0;
-    let s = loop {
-        let s = pe_task_sample(&mut skel, F_USER_STACK, true)?;
-        if s.before_ret > 0 {
-            break s;
-        }
-        user_samples += 1;
-        check!(
-            user_samples < 100,
-            "the control: 100 samples without a kernel frame"
-        );
-    };
+    let (s, _) = kernel_sample(
+        "the control",
+        || pe_task_sample(&mut skel, F_USER_STACK, true),
+        |s| s.before_ret > 0,
+        |_| Ok(()),
+    )?;
     diag!(
         "the control, bpf_get_task_stack(current), a user stack: {}; the sample's \
          callchain {} bytes before, {} after",
@@ -871,18 +860,12 @@ fn perf_event_task_stack() -> Result<()> {
         (1, Want::Frames),
     ] {
         let what = format!("bpf_rkf_get_task_stack(current), flags {flags:#x}");
-        let mut user_samples = 0;
-        let s = loop {
-            let s = pe_task_sample(&mut skel, flags, false)?;
-            if s.before_ret != 0 {
-                break s;
-            }
-            user_samples += 1;
-            check!(
-                user_samples < 100,
-                "{what}: 100 samples without a kernel frame"
-            );
-        };
+        let (s, user_samples) = kernel_sample(
+            &what,
+            || pe_task_sample(&mut skel, flags, false),
+            |s| s.before_ret != 0,
+            |_| Ok(()),
+        )?;
         diag!(
             "{what}: {} ({user_samples} samples in user space before); the sample's \
              callchain {} bytes before, {} after",
@@ -908,6 +891,31 @@ fn perf_event_task_stack() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Takes samples with `sample` until `in_kernel` says one was taken in the kernel (a
+/// sample that interrupted this thread in user space has no kernel frame), at most 100;
+/// each one before it goes to `in_user_space` first.  Returns that sample and how many
+/// were taken in user space before it.
+fn kernel_sample<S>(
+    what: &str,
+    mut sample: impl FnMut() -> Result<S>,
+    in_kernel: impl Fn(&S) -> bool,
+    mut in_user_space: impl FnMut(&S) -> Result<()>,
+) -> Result<(S, u32)> {
+    let mut user_samples = 0;
+    loop {
+        let s = sample()?;
+        if in_kernel(&s) {
+            return Ok((s, user_samples));
+        }
+        in_user_space(&s)?;
+        user_samples += 1;
+        check!(
+            user_samples < 100,
+            "{what}: 100 samples without a kernel frame"
+        );
+    }
 }
 
 /// One sample of perf_event_task_prog (the helper in the kfunc's place if `helper`):
