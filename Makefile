@@ -18,7 +18,8 @@
 #   make dkms-check  package with the real dkms from a headers package, signed; load what it
 #                   installed in a VM, smoke-test
 #   make vm-storm  the rkf_multi attach storms, 10,000 cycles each, on the distro kernel
-#   make vm-check  vm-test beside vm-test-distro, vm-test-mitigations and dkms-check (make check)
+#   make vm-check  vm-test, vm-test-distro, vm-test-mitigations and dkms-check in two lanes
+#                   at once (make check)
 #   make pprof-check  make run, then go tool pprof reads the pprof files it wrote
 #   make selftests-package  the kselftests as installable directories and tarballs, one per kernel
 #   make host-fuzz  time-bounded fuzzing of the pure rules (RKF_FUZZ_SECS per target)
@@ -125,20 +126,25 @@ lint: kernel-test
 # KASAN, lockdep and kmemleak in TCG, every traced call of every function made this VM
 # crawl (fentry on 22,340 functions took 140 s to attach, and an fexit attach beside it
 # on every function had not finished after 5 minutes).  The README's Tests section says so.
-# $(1): the timeout, in seconds.
+# $(1): the timeout, in seconds; $(2): the result directory under build/vm; $(3): the
+# runner's test selection.
 define vm-test-boot
-	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-$(1)} scripts/vm.sh test --out build/vm/vm-test -- \
-		tests/guest-selftests.sh -x multi_attach_everything_fentry_fexit
+	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-$(1)} scripts/vm.sh test --out build/vm/$(2) -- \
+		tests/guest-selftests.sh $(3)
 endef
+TEST_LEFT_OUT := multi_attach_everything_fentry_fexit
+# The allocation-failure sweep, the longest test of the test kernel's suite (about a
+# third of its run): make check runs it in a boot of its own, in the other lane.
+FAULTS := multi_attach_detach_allocation_failures
+LANE_TEST_LEFT_OUT := $(TEST_LEFT_OUT),$(FAULTS)
 vm-test: selftests-package-test
-	$(call vm-test-boot,3600)
+	$(call vm-test-boot,3600,vm-test,-x $(TEST_LEFT_OUT))
 
 # Every test but the allocation failures, which need the kernel's fault injection:
 # Debian's config has CONFIG_FAULT_INJECTION off, the test kernel has it (test.config).
 define vm-test-distro-boot
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --out build/vm/vm-test-distro -- \
-		tests/guest-selftests.sh \
-		-x multi_attach_detach_allocation_failures
+		tests/guest-selftests.sh -x $(FAULTS)
 endef
 vm-test-distro: selftests-package-distro
 	$(vm-test-distro-boot)
@@ -158,7 +164,7 @@ vm-test-distro: selftests-package-distro
 # storms run a fifth of the distro boot's cycles there (--storm-cycles; the generated
 # storm 100 instead of 500): every cycle runs the same trampoline code, and the
 # generated storm's 1,000 cycles took 5 to 8 minutes of each boot.
-MITIGATIONS_LEFT_OUT := multi_ioctl_fuzz,multi_attach_detach_allocation_failures
+MITIGATIONS_LEFT_OUT := multi_ioctl_fuzz,$(FAULTS)
 MITIGATIONS_STORM := --storm-cycles 2000
 # Since 70c8dea the call-depth boot leaves out attaching to everything too, for CI's 90
 # minutes (the fresh-clone check of 70c8dea took 79 minutes to reach the mitigation
@@ -168,17 +174,20 @@ vm-test-stuff-everything: selftests-package-distro
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff-everything -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t $(STUFF_LEFT_OUT)
-define vm-test-mitigations-boots
+define vm-test-rethunk-boot
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-1800} scripts/vm.sh distro --cpu EPYC-Rome --out build/vm/rethunk -- \
 		tests/guest-mitigations.sh rethunk tests/guest-selftests.sh -t multi_ \
 		-x $(MITIGATIONS_LEFT_OUT),multi_attach_everything_fentry_fexit $(MITIGATIONS_STORM)
+endef
+define vm-test-stuff-boot
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --cpu Skylake-Server --append retbleed=stuff \
 		--out build/vm/stuff -- \
 		tests/guest-mitigations.sh stuff tests/guest-selftests.sh -t multi_ \
 		-x $(MITIGATIONS_LEFT_OUT),$(STUFF_LEFT_OUT) $(MITIGATIONS_STORM)
 endef
 vm-test-mitigations: selftests-package-distro
-	$(vm-test-mitigations-boots)
+	$(vm-test-rethunk-boot)
+	$(vm-test-stuff-boot)
 
 # The three attach storms with 10,000 cycles each on the distro kernel, the generated one
 # included (in make check it makes 500: a cycle there takes 0.2 to 0.5 s under TCG, so
@@ -188,24 +197,27 @@ vm-storm: selftests-package-distro
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-7200} scripts/vm.sh distro --out build/vm/storm -- \
 		tests/guest-selftests.sh -t $(STORMS) --storm-cycles 10000 --generated-storm-cycles 10000
 
-# make check's VM runs, in two lanes at once: the test kernel's suite (the longest run,
-# under KASAN, lockdep and kmemleak in TCG) beside the distro kernel's suite, the two
-# mitigation boots and dkms-check, one after another.  A TCG guest spends much of its
-# time waiting (grace periods, sleeps, workqueues), so the lanes together take far less
-# than their sum on two cores (the README has the figures).  The test kernel's run gets
-# 4,500 s there, as it shares the cores, and leaves CI's 90 minutes time for the rest.
-# Each boot keeps its own result directory (vm.sh --out), and -Oline prints each boot's
-# output whole when it ends; a lane that fails lets the other end, then make fails.  The
-# lanes build no kernel, module or package for the VMs (vm-check builds both packages
-# first; dkms-check builds what dkms builds, as it always does), and dkms-check gets no
-# jobserver: its makes run as they would alone.
+# make check's VM runs, in two lanes at once, each boot after the other in its lane.  A
+# TCG guest spends much of its time waiting (grace periods, sleeps, workqueues), so the
+# lanes together take far less than their sum on two cores (the README has the figures).
+# The test kernel's suite (under KASAN, lockdep and kmemleak in TCG) is the longest run:
+# its allocation-failure sweep, a third of it, boots on its own in the other lane, and
+# the call-depth boot follows the rest of the suite, so that the lanes end at about the
+# same time (with the whole suite in one boot, the test lane took 65 minutes and the
+# other 39 in the check of c920fed).  Each boot keeps its own result directory (vm.sh
+# --out), and -Oline prints each boot's output whole when it ends; a lane that fails lets
+# the other end, then make fails.  The lanes build no kernel, module or package for the
+# VMs (vm-check builds both packages first; dkms-check builds what dkms builds, as it
+# always does), and dkms-check gets no jobserver: its makes run as they would alone.
 vm-check: selftests-package
 	@$(MAKE) --no-print-directory -j2 -Oline vm-lane-test vm-lane-distro
 vm-lane-test:
-	$(call vm-test-boot,4500)
+	$(call vm-test-boot,3600,vm-test,-x $(LANE_TEST_LEFT_OUT))
+	$(vm-test-stuff-boot)
 vm-lane-distro:
 	$(vm-test-distro-boot)
-	$(vm-test-mitigations-boots)
+	$(call vm-test-boot,2400,vm-test-faults,-t $(FAULTS))
+	$(vm-test-rethunk-boot)
 	MAKEFLAGS= scripts/dkms-check.sh
 
 selftests-package: selftests-package-test selftests-package-distro
