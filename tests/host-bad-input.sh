@@ -28,7 +28,7 @@ expect_fail() {
 }
 
 # The plan: one test per expect_fail below; the run fails if it ran another number.
-planned=36
+planned=40
 echo "KTAP version 1"
 echo "1..$planned"
 kdir=$("$root/scripts/kernel.sh" dir test)
@@ -124,6 +124,13 @@ expect_fail funclatency_two_units "the argument '--milliseconds' cannot be used 
 expect_fail funclatency_no_glob "required arguments were not provided" "$rkf" funclatency
 expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_function_\* \(in /proc/kallsyms\)" \
 	"$rkf" funclatency 'rkf_no_such_function_*' -d 1
+# rkf funccount likewise.
+expect_fail funccount_zero_duration "duration must be more than 0" "$rkf" funccount vfs_read -d 0
+expect_fail funccount_zero_interval "the interval must be more than 0 and at most a day, not 0" \
+	"$rkf" funccount vfs_read -i 0
+expect_fail funccount_no_such_pid "no process 4000000000" "$rkf" funccount vfs_read -p 4000000000
+expect_fail funccount_glob_matches_nothing "no function matches rkf_no_such_function_\* \(in /proc/kallsyms\)" \
+	"$rkf" funccount 'rkf_no_such_function_*' -d 1
 # A VM that cannot finish in time fails the run, with a message.
 expect_fail vm_cannot_finish "did not finish within 3 s" env RKF_VM_TIMEOUT=3 RKF_KVM=0 "$root/scripts/vm.sh" test --out "$root/build/vm/host-bad-input" -- true
 expect_fail vm_bad_tcg_thread "RKF_TCG_THREAD is single or multi, not 'one'" env RKF_TCG_THREAD=one RKF_KVM=0 "$root/scripts/vm.sh" test --out "$root/build/vm/host-bad-input" -- true

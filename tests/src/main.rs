@@ -11,6 +11,7 @@ use std::io::Write;
 use clap::Parser;
 
 mod cli;
+mod funccount;
 mod funclatency;
 mod harness;
 mod kmod;
@@ -140,6 +141,7 @@ fn all_tests() -> Vec<&'static harness::Test> {
         .chain(profile::TESTS)
         .chain(offcpu::TESTS)
         .chain(funclatency::TESTS)
+        .chain(funccount::TESTS)
         .chain(multi::TESTS)
         .chain(cli::TESTS)
         .chain(privilege::TESTS)

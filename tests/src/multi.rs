@@ -36,6 +36,7 @@ use crate::{
 };
 use rkf::{
     btf::KernelBtf,
+    funccount,
     kallsyms::{Kallsyms, KernelSymbolizer},
     modules,
     multi::{self, Func, Link},
@@ -1650,6 +1651,15 @@ pub(crate) fn smoke() -> Result<()> {
     Ok(())
 }
 
+/// Options of `rkf funccount -d` for `duration`: every task's calls, no intervals.
+fn counting(duration: std::time::Duration) -> funccount::Options {
+    funccount::Options {
+        duration,
+        pid: None,
+        interval: None,
+    }
+}
+
 /// `rkf funccount vfs_*`, through the library: one link on every vfs_ function that can
 /// be traced, the others left out with a reason; reads of a file while it counts show up
 /// as vfs_read calls.
@@ -1669,25 +1679,25 @@ fn funccount_glob() -> Result<()> {
             }
             Ok(n)
         });
-        let c = multi::funccount(&["vfs_*"], std::time::Duration::from_secs(2));
+        let c = funccount::count(&["vfs_*"], &counting(std::time::Duration::from_secs(2)));
         stop.store(true, Ordering::Relaxed);
         let reads = reader.join().expect("reader panicked")?;
         Ok((c?, reads))
     })?;
-    let skipped: usize = c.skipped.values().map(Vec::len).sum();
+    let skipped: usize = c.attach.skipped.values().map(Vec::len).sum();
     diag!(
         "vfs_*: {} attached in {:?}, {skipped} left out; {reads} reads; top: {:?}",
-        c.attached,
-        c.attach_time,
+        c.attach.funcs,
+        c.attach.time,
         &c.counts[..c.counts.len().min(5)]
     );
-    for (why, names) in &c.skipped {
+    for (why, names) in &c.attach.skipped {
         diag!("left out {}: {why} (e.g. {})", names.len(), names[0]);
     }
     check!(
-        c.attached > 10,
+        c.attach.funcs > 10,
         "only {} vfs_ functions attached",
-        c.attached
+        c.attach.funcs
     );
     let vfs_read = c
         .counts
@@ -1766,12 +1776,12 @@ fn resolve_patterns() -> Result<()> {
             }
             Ok(n)
         });
-        let c = multi::funccount(&[WEAK], std::time::Duration::from_millis(500));
+        let c = funccount::count(&[WEAK], &counting(std::time::Duration::from_millis(500)));
         stop.store(true, Ordering::Relaxed);
         let reads = reader.join().expect("reader panicked")?;
         Ok((c?, reads))
     })?;
-    check_eq!(c.attached, 1, "{WEAK}: functions attached");
+    check_eq!(c.attach.funcs, 1, "{WEAK}: functions attached");
     let n = c.counts.iter().find(|(n, _)| n == WEAK).map_or(0, |x| x.1);
     diag!("{WEAK}: {n} calls in {reads} reads of /proc/self/maps");
     check!(n > 0, "no {WEAK} call counted during {reads} reads");

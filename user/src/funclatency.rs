@@ -17,12 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
-use rkf_core::multi::glob_match;
 
 use crate::{
-    kallsyms::Kallsyms,
     limits, modules,
     multi::{self, Link, Skip},
     skel::funclatency::FunclatencySkelBuilder,
@@ -144,9 +142,7 @@ pub fn record(patterns: &[&str], opts: &Options) -> Result<Latencies> {
 /// after that is timed.  `opts.duration` runs from when `started` returns.
 pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) -> Result<Latencies> {
     opts.validate()?;
-    // Names only, so anyone may read them; the addresses come with resolve().
-    let names = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
-    check_patterns(patterns, &Kallsyms::parse(&names)?)?;
+    multi::check_patterns_exist(patterns)?;
     modules::require("rkf_multi")?;
     // The program reads no argument: it takes functions of up to twelve.
     let resolved = multi::resolve_wide(patterns)?;
@@ -223,33 +219,6 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
         unknown: bss.unknown,
         missed,
     })
-}
-
-/// Fails, naming it, on a pattern that matches no function in `ksyms`: such a pattern
-/// would attach nothing, since [`multi::resolve_wide()`] takes every function's address from
-/// /proc/kallsyms.  Needs neither BTF nor tracefs, nor any privilege: only the names.
-/// `MODULE:GLOB` patterns are matched against that module's functions.
-pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {
-    for p in patterns {
-        let (module, glob) = match p.split_once(':') {
-            Some((m, g)) => (Some(m), g),
-            None => (None, *p),
-        };
-        let matches = ksyms.symbols().iter().any(|s| {
-            s.is_text()
-                && s.module.as_deref() == module
-                && glob_match(glob.as_bytes(), s.name.as_bytes())
-        });
-        if !matches {
-            match module {
-                Some(m) => bail!(
-                    "no function of module {m} matches {glob} (in /proc/kallsyms; is {m} loaded?)"
-                ),
-                None => bail!("no function matches {p} (in /proc/kallsyms)"),
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The slot a call of `units` units is counted in: floor(log2), 0 for 0, at most the
@@ -560,41 +529,6 @@ rkf funclatency: 4 calls of 2 functions by pid 42 in 2.0 s; 3 functions attached
             "{short}"
         );
         assert!(!short.contains("vfs_write"), "{short}");
-    }
-
-    /// Patterns that match no function of /proc/kallsyms fail, naming the pattern;
-    /// data symbols and other objects' functions do not count.
-    #[test]
-    fn patterns_checked_against_kallsyms() {
-        let k = Kallsyms::parse(
-            "ffffffff81000000 T vfs_read\n\
-             ffffffff81000100 t do_nanosleep\n\
-             ffffffff82000000 D vfs_data\n\
-             ffffffffc0000000 t modfn\t[mymod]\n",
-        )
-        .unwrap();
-        check_patterns(&["vfs_*", "do_nanosleep", "mymod:mod*"], &k).unwrap();
-        let err = |p: &str| {
-            check_patterns(&["vfs_read", p], &k)
-                .unwrap_err()
-                .to_string()
-        };
-        assert_eq!(
-            err("nosuch_*"),
-            "no function matches nosuch_* (in /proc/kallsyms)"
-        );
-        assert_eq!(
-            err("vfs_data"),
-            "no function matches vfs_data (in /proc/kallsyms)"
-        );
-        assert_eq!(
-            err("modfn"),
-            "no function matches modfn (in /proc/kallsyms)"
-        );
-        assert_eq!(
-            err("mymod:vfs_*"),
-            "no function of module mymod matches vfs_* (in /proc/kallsyms; is mymod loaded?)"
-        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod btf;
 pub mod cpus;
+pub mod funccount;
 pub mod funclatency;
 pub mod interrupt;
 pub mod kallsyms;

@@ -34,10 +34,20 @@ pub fn parse_frequency(s: &str) -> Result<u64, String> {
 
 /// Checks a duration: more than 0 and at most [`MAX_DURATION`].
 pub fn check_duration(d: Duration) -> Result<Duration, String> {
+    check_span("duration", d)
+}
+
+/// Checks an interval (`rkf funccount -i`): as a duration.
+pub fn check_interval(d: Duration) -> Result<Duration, String> {
+    check_span("interval", d)
+}
+
+/// Checks `what`, a length of time: more than 0 and at most [`MAX_DURATION`].
+fn check_span(what: &str, d: Duration) -> Result<Duration, String> {
     if !d.is_zero() && d <= MAX_DURATION {
         Ok(d)
     } else {
-        Err(duration_error(d.as_secs_f64()))
+        Err(span_error(what, d.as_secs_f64()))
     }
 }
 
@@ -65,17 +75,30 @@ pub fn check_pid(pid: Option<u32>) -> Result<(), String> {
     }
 }
 
-fn duration_error(secs: f64) -> String {
-    format!("the duration must be more than 0 and at most a day, not {secs}")
+fn span_error(what: &str, secs: f64) -> String {
+    format!("the {what} must be more than 0 and at most a day, not {secs}")
 }
 
 /// Parses and checks a duration in seconds, fractions allowed (`-d`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_span("duration", s)
+}
+
+/// Parses and checks an interval in seconds, fractions allowed (`rkf funccount -i`).
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    parse_span("interval", s)
+}
+
+/// Parses and checks `what`, a length of time in seconds, fractions allowed.
+fn parse_span(what: &str, s: &str) -> Result<Duration, String> {
     let secs = s
         .parse::<f64>()
         .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    // NaN, infinities and negative numbers are no duration.
-    check_duration(Duration::try_from_secs_f64(secs).map_err(|_| duration_error(secs))?)
+    // NaN, infinities and negative numbers are no length of time.
+    check_span(
+        what,
+        Duration::try_from_secs_f64(secs).map_err(|_| span_error(what, secs))?,
+    )
 }
 
 #[cfg(test)]
@@ -153,5 +176,20 @@ mod tests {
         assert!(parse_duration("5s")
             .unwrap_err()
             .starts_with("\"5s\" is not a number of seconds"));
+    }
+
+    /// Intervals are checked as durations, and named as intervals.
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(
+            parse_interval("0"),
+            Err("the interval must be more than 0 and at most a day, not 0".to_owned())
+        );
+        assert_eq!(
+            check_interval(MAX_DURATION + Duration::from_secs(1)),
+            Err("the interval must be more than 0 and at most a day, not 86401".to_owned())
+        );
+        assert_eq!(check_interval(MAX_DURATION), Ok(MAX_DURATION));
     }
 }

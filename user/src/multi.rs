@@ -678,92 +678,39 @@ pub fn links() -> Result<Vec<LinkInfo>> {
     Ok(out)
 }
 
-/// Calls counted by [`funccount()`].
-#[derive(Debug)]
-pub struct FuncCount {
-    /// Functions attached: the link's, as rkf_multi lists them.
-    pub attached: usize,
-    /// Functions left out, by reason.
-    pub skipped: BTreeMap<Skip, Vec<String>>,
-    /// How long the attach took (the ioctl).
-    pub attach_time: std::time::Duration,
-    /// How long it counted: from the attach to the detach's start, or less if
-    /// interrupted ([`crate::interrupt`]).
-    pub duration: std::time::Duration,
-    /// (function, calls), most called first; functions not called are left out.
-    pub counts: Vec<(String, u64)>,
-    /// Runs the recursion guard skipped (the link's misses, on all its functions).
-    pub missed: u64,
-    /// Runs on a function not in the counts map: none, unless `bpf_get_func_ip()`
-    /// disagrees with the address attached.
-    pub unknown: u64,
-}
-
-/// Counts calls to every function matching `patterns` for `duration`, through one link.
-pub fn funccount(patterns: &[&str], duration: std::time::Duration) -> Result<FuncCount> {
-    use libbpf_rs::{MapCore, MapFlags};
-
-    use crate::{skel::funccount::FunccountSkelBuilder, skeleton};
-
-    crate::modules::require("rkf_multi")?;
-    // The program reads no argument: it takes functions of up to twelve.
-    let resolved = resolve_wide(patterns)?;
-    let nr_funcs = resolved.map_entries()?;
-    let mut obj = std::mem::MaybeUninit::uninit();
-    let skel = skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", |open| {
-        // A counter for each function, and no room for more.
-        open.maps.counts.set_max_entries(nr_funcs)?;
-        Ok(())
-    })
-    .context("the funccount program (needs rkf_multi, CAP_BPF and CAP_PERFMON)")?;
-    for f in &resolved.funcs {
-        skel.maps
-            .counts
-            .update(&f.addr.to_ne_bytes(), &0u64.to_ne_bytes(), MapFlags::ANY)
-            .context("filling the counts map")?;
-    }
-    let link = Link::attach(&skel.progs.funccount, &resolved.funcs, None)?;
-    let attach_time = link.attach_time;
-    // What the kernel says the link holds: every function asked for.
-    let attached = link.info()?.funcs.len();
-    anyhow::ensure!(
-        attached == resolved.funcs.len(),
-        "rkf_multi attached {attached} of the {} functions asked for",
-        resolved.funcs.len()
-    );
-    let counting = std::time::Instant::now();
-    crate::interrupt::wait(duration);
-    let duration = counting.elapsed();
-    let missed = link.info().context("reading the link back")?.misses();
-    drop(link);
-    let mut counts = Vec::new();
-    for f in &resolved.funcs {
-        let v = skel
-            .maps
-            .counts
-            .lookup(&f.addr.to_ne_bytes(), MapFlags::ANY)?
-            .and_then(|v| v.try_into().ok().map(u64::from_ne_bytes))
-            .unwrap_or(0);
-        if v > 0 {
-            counts.push((f.qualified_name(), v));
+/// Fails, naming it, on a pattern that matches no function in `ksyms`: such a pattern
+/// would attach nothing, since [`resolve_wide()`] takes every function's address from
+/// /proc/kallsyms.  Needs neither BTF nor tracefs, nor any privilege: only the names.
+/// `MODULE:GLOB` patterns are matched against that module's functions.
+pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {
+    for p in patterns {
+        let (module, glob) = match p.split_once(':') {
+            Some((m, g)) => (Some(m), g),
+            None => (None, *p),
+        };
+        let matches = ksyms.symbols().iter().any(|s| {
+            s.is_text()
+                && s.module.as_deref() == module
+                && rules::glob_match(glob.as_bytes(), s.name.as_bytes())
+        });
+        if !matches {
+            match module {
+                Some(m) => bail!(
+                    "no function of module {m} matches {glob} (in /proc/kallsyms; is {m} loaded?)"
+                ),
+                None => bail!("no function matches {p} (in /proc/kallsyms)"),
+            }
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let unknown = skel
-        .maps
-        .bss_data
-        .as_deref()
-        .context("funccount.bpf.c has no .bss")?
-        .unknown;
-    Ok(FuncCount {
-        attached,
-        skipped: resolved.skipped,
-        attach_time,
-        duration,
-        counts,
-        missed,
-        unknown,
-    })
+    Ok(())
+}
+
+/// [`check_patterns()`] against the names of /proc/kallsyms: names only, so anyone may
+/// read them (the addresses come with [`resolve()`]), and before anything needs the
+/// module, BTF or tracefs.
+pub fn check_patterns_exist(patterns: &[&str]) -> Result<()> {
+    let names = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
+    check_patterns(patterns, &Kallsyms::parse(&names)?)
 }
 
 #[cfg(test)]
@@ -771,6 +718,43 @@ mod tests {
     use std::mem::size_of;
 
     use rkf_core::abi::{self, AttachRequest, LinkInfo};
+
+    use super::{check_patterns, Kallsyms};
+
+    /// Patterns that match no function of /proc/kallsyms fail, naming the pattern;
+    /// data symbols and other objects' functions do not count.
+    #[test]
+    fn patterns_checked_against_kallsyms() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T vfs_read\n\
+             ffffffff81000100 t do_nanosleep\n\
+             ffffffff82000000 D vfs_data\n\
+             ffffffffc0000000 t modfn\t[mymod]\n",
+        )
+        .unwrap();
+        check_patterns(&["vfs_*", "do_nanosleep", "mymod:mod*"], &k).unwrap();
+        let err = |p: &str| {
+            check_patterns(&["vfs_read", p], &k)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("nosuch_*"),
+            "no function matches nosuch_* (in /proc/kallsyms)"
+        );
+        assert_eq!(
+            err("vfs_data"),
+            "no function matches vfs_data (in /proc/kallsyms)"
+        );
+        assert_eq!(
+            err("modfn"),
+            "no function matches modfn (in /proc/kallsyms)"
+        );
+        assert_eq!(
+            err("mymod:vfs_*"),
+            "no function of module mymod matches vfs_* (in /proc/kallsyms; is mymod loaded?)"
+        );
+    }
 
     /// The request numbers nix generates [`super::ioctl`] with are the ABI's.
     #[test]

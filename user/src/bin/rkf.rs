@@ -10,7 +10,7 @@ use comfy_table::CellAlignment::{Left, Right};
 
 use rkf::{
     btf::ValueKind,
-    funclatency, limits,
+    funccount, funclatency, limits,
     percpu::{self, Reading, Target, MAX_VALUE},
     stacks::{offcpu, profile, Stacks},
 };
@@ -111,6 +111,13 @@ enum Cmd {
         /// Seconds to count (fractions allowed, at most a day); Ctrl-C ends it early.
         #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
         duration: Duration,
+        /// Only calls of this process (all its threads); the whole system's otherwise.
+        #[arg(short, long)]
+        pid: Option<u32>,
+        /// Print the calls of each interval of this many seconds as it ends (fractions
+        /// allowed), instead of the calls of the whole duration at its end.
+        #[arg(short, long, value_name = "SECONDS", value_parser = limits::parse_interval)]
+        interval: Option<Duration>,
         /// Print the N most called functions.
         #[arg(short = 'n', long, default_value_t = 20)]
         top: usize,
@@ -258,8 +265,17 @@ fn main() -> Result<()> {
         Cmd::Funccount {
             globs,
             duration,
+            pid,
+            interval,
             top,
-        } => cmd_funccount(&globs, duration, top),
+        } => {
+            let opts = funccount::Options {
+                duration,
+                pid,
+                interval,
+            };
+            cmd_funccount(&globs, &opts, top)
+        }
         Cmd::Funclatency {
             globs,
             duration,
@@ -280,27 +296,53 @@ fn main() -> Result<()> {
     }
 }
 
-fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()> {
+fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Result<()> {
+    opts.validate()?;
     let pats: Vec<&str> = globs.iter().map(String::as_str).collect();
-    let c = rkf::multi::funccount(&pats, duration)?;
-    let skipped: usize = c.skipped.values().map(Vec::len).sum();
-    println!(
-        "attached to {} functions in {:.1} ms ({} left out), counted for {:.1} s",
-        c.attached,
-        c.attach_time.as_secs_f64() * 1e3,
-        skipped,
-        c.duration.as_secs_f64()
+    let attached = |a: &funccount::Attached| {
+        let skipped: usize = a.skipped.values().map(Vec::len).sum();
+        format!(
+            "attached to {} functions in {:.1} ms ({skipped} left out)",
+            a.funcs,
+            a.time.as_secs_f64() * 1e3,
+        )
+    };
+    let left_out = |a: &funccount::Attached| {
+        for (why, names) in &a.skipped {
+            println!("  left out {}: {why} (e.g. {})", names.len(), names[0]);
+        }
+    };
+    let c = funccount::count_with(
+        &pats,
+        opts,
+        |a| {
+            // With intervals, what was attached comes first; without, with the counts.
+            if let Some(i) = opts.interval {
+                println!("{}", attached(a));
+                left_out(a);
+                println!(
+                    "counting calls of {} every {:.1} s",
+                    who(opts.pid),
+                    i.as_secs_f64()
+                );
+            }
+        },
+        |i| {
+            println!("\nat {:.1} s:", i.end.as_secs_f64());
+            print_counts(&i.counts, top);
+        },
+    )?;
+    let counted = format!(
+        "counted for {:.1} s ({})",
+        c.duration.as_secs_f64(),
+        who(c.pid)
     );
-    for (why, names) in &c.skipped {
-        println!("  left out {}: {why} (e.g. {})", names.len(), names[0]);
-    }
-    let mut table = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
-    for (name, n) in c.counts.iter().take(top) {
-        table.row([name.clone(), n.to_string()]);
-    }
-    table.print();
-    if c.counts.len() > top {
-        println!("... {} more functions were called", c.counts.len() - top);
+    if opts.interval.is_some() {
+        println!("\n{counted}");
+    } else {
+        println!("{}, {counted}", attached(&c.attach));
+        left_out(&c.attach);
+        print_counts(&c.counts, top);
     }
     if c.missed > 0 || c.unknown > 0 {
         println!(
@@ -309,6 +351,18 @@ fn cmd_funccount(globs: &[String], duration: Duration, top: usize) -> Result<()>
         );
     }
     Ok(())
+}
+
+/// The `top` most called of `counts` (most called first), and how many more were called.
+fn print_counts(counts: &[(String, u64)], top: usize) {
+    let mut table = Columns::new(1, &[("FUNC", Left, 40), ("COUNT", Right, 12)]);
+    for (name, n) in counts.iter().take(top) {
+        table.row([name.clone(), n.to_string()]);
+    }
+    table.print();
+    if counts.len() > top {
+        println!("... {} more functions were called", counts.len() - top);
+    }
 }
 
 /// The unit `-m` or `-u` asks for; nanoseconds without either (`-n`).

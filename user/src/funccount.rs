@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `rkf funccount`: how often kernel functions are called, as bcc's funccount counts them,
+//! for thousands of functions through one rkf_multi link.
+//!
+//! user/bpf/funccount.bpf.c is one fentry program: it adds one to the counter of the
+//! function it runs on, in a hash map keyed by the function's address that [`count()`]
+//! fills before it attaches; with a process to follow, it counts that process's calls
+//! only.  The counters only grow, so each interval's calls (`-i`) are the difference of
+//! two reads, and none is lost between them, where bcc's funccount clears its map after
+//! each read and loses the calls made in between.
+
+use std::{
+    collections::BTreeMap,
+    mem::MaybeUninit,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::{
+    interrupt, limits, modules,
+    multi::{self, Func, Link, Skip},
+    skel::funccount::FunccountSkelBuilder,
+    skeleton,
+};
+
+/// What to count.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How long to count.
+    pub duration: Duration,
+    /// Only calls made by this process (any of its threads); every task's when `None`.
+    pub pid: Option<u32>,
+    /// Report the calls of each interval of this length as it ends (`-i`), the last one
+    /// shorter if the duration is not a multiple of it or a signal ends the count.
+    pub interval: Option<Duration>,
+}
+
+impl Options {
+    /// Checks the options, saying what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        limits::check_duration(self.duration).map_err(anyhow::Error::msg)?;
+        limits::check_pid(self.pid).map_err(anyhow::Error::msg)?;
+        if let Some(i) = self.interval {
+            limits::check_interval(i).map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+}
+
+/// The calls of one interval (`-i`).
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// Which one it is, from 0.
+    pub index: u32,
+    /// How long after the attach it ended.
+    pub end: Duration,
+    /// Whether it is the last one (the duration is over, or a signal ended the count).
+    pub last: bool,
+    /// (function, calls in the interval), most called first (then by name); functions not
+    /// called in it are left out.
+    pub counts: Vec<(String, u64)>,
+}
+
+/// What [`count_with()`] attached to.
+#[derive(Debug)]
+pub struct Attached {
+    /// Functions attached: the link's, as rkf_multi lists them.
+    pub funcs: usize,
+    /// Functions left out, by reason.
+    pub skipped: BTreeMap<Skip, Vec<String>>,
+    /// How long the attach took (the ioctl).
+    pub time: Duration,
+}
+
+/// Calls counted by [`count()`].
+#[derive(Debug)]
+pub struct FuncCount {
+    /// The process counted, or `None` for every task.
+    pub pid: Option<u32>,
+    /// What it attached to.
+    pub attach: Attached,
+    /// How long it counted: from the attach to the detach's start, or less if
+    /// interrupted ([`crate::interrupt`]).
+    pub duration: Duration,
+    /// (function, calls), most called first (then by name); functions not called are
+    /// left out.
+    pub counts: Vec<(String, u64)>,
+    /// Runs the recursion guard skipped (the link's misses, on all its functions).
+    pub missed: u64,
+    /// Runs on a function not in the counts map: none, unless `bpf_get_func_ip()`
+    /// disagrees with the address attached.
+    pub unknown: u64,
+}
+
+/// Counts calls to every function matching `patterns` (names and globs, as
+/// [`multi::resolve_wide()`] takes them) as `opts` says, through one rkf_multi link.
+///
+/// Needs the rkf_multi module, and CAP_BPF with CAP_PERFMON.
+pub fn count(patterns: &[&str], opts: &Options) -> Result<FuncCount> {
+    count_with(patterns, opts, |_| (), |_| ())
+}
+
+/// [`count()`], calling `started` once the program is attached (a call after that is
+/// counted; `opts.duration` runs from when it returns), and `interval` as each interval
+/// of `opts.interval` ends, with its calls.
+pub fn count_with(
+    patterns: &[&str],
+    opts: &Options,
+    started: impl FnOnce(&Attached),
+    mut interval: impl FnMut(&Interval),
+) -> Result<FuncCount> {
+    opts.validate()?;
+    multi::check_patterns_exist(patterns)?;
+    modules::require("rkf_multi")?;
+    // The program reads no argument: it takes functions of up to twelve.
+    let resolved = multi::resolve_wide(patterns)?;
+    let nr_funcs = resolved.map_entries()?;
+    let mut obj = MaybeUninit::uninit();
+    let skel = skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", |open| {
+        let bss = open
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("funccount.bpf.c has no .bss")?;
+        bss.target_tgid = opts.pid.unwrap_or(0);
+        // A counter for each function, and no room for more.
+        open.maps.counts.set_max_entries(nr_funcs)?;
+        Ok(())
+    })
+    .context("the funccount program (needs rkf_multi, CAP_BPF and CAP_PERFMON)")?;
+    for f in &resolved.funcs {
+        skel.maps
+            .counts
+            .update(&f.addr.to_ne_bytes(), &0u64.to_ne_bytes(), MapFlags::ANY)
+            .context("filling the counts map")?;
+    }
+    let read = || -> Result<Vec<u64>> {
+        resolved
+            .funcs
+            .iter()
+            .map(|f| counter(&skel.maps.counts, f))
+            .collect()
+    };
+    let link = Link::attach(&skel.progs.funccount, &resolved.funcs, None)?;
+    // What the kernel says the link holds: every function asked for.
+    let attached = link.info()?.funcs.len();
+    anyhow::ensure!(
+        attached == resolved.funcs.len(),
+        "rkf_multi attached {attached} of the {} functions asked for",
+        resolved.funcs.len()
+    );
+    let attach = Attached {
+        funcs: attached,
+        skipped: resolved.skipped.clone(),
+        time: link.attach_time,
+    };
+    started(&attach);
+    let counting = Instant::now();
+    match opts.interval {
+        None => interrupt::wait(opts.duration),
+        Some(every) => {
+            let mut before = vec![0; resolved.funcs.len()];
+            for index in 0u32.. {
+                // Each interval ends at a multiple of its length from the start, however
+                // long the reads took: no drift.
+                let target = every.saturating_mul(index + 1).min(opts.duration);
+                interrupt::wait(target.saturating_sub(counting.elapsed()));
+                let end = counting.elapsed();
+                let last = end >= opts.duration || interrupt::interrupted();
+                let now = read()?;
+                let calls = now.iter().zip(&before).map(|(n, b)| n - b);
+                interval(&Interval {
+                    index,
+                    end,
+                    last,
+                    counts: called(&resolved.funcs, calls),
+                });
+                before = now;
+                if last {
+                    break;
+                }
+            }
+        }
+    }
+    let duration = counting.elapsed();
+    let missed = link.info().context("reading the link back")?.misses();
+    drop(link);
+    let counts = called(&resolved.funcs, read()?.into_iter());
+    let unknown = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("funccount.bpf.c has no .bss")?
+        .unknown;
+    Ok(FuncCount {
+        pid: opts.pid,
+        attach,
+        duration,
+        counts,
+        missed,
+        unknown,
+    })
+}
+
+/// The counter of `f` in the counts map.
+fn counter(counts: &impl MapCore, f: &Func) -> Result<u64> {
+    let v = counts
+        .lookup(&f.addr.to_ne_bytes(), MapFlags::ANY)?
+        .with_context(|| format!("the counter of {} is gone", f.qualified_name()))?;
+    let bytes: [u8; 8] = v
+        .try_into()
+        .map_err(|v: Vec<u8>| anyhow::anyhow!("a counter of {} bytes, not 8", v.len()))?;
+    Ok(u64::from_ne_bytes(bytes))
+}
+
+/// (function, calls) of the functions of `funcs` with calls, most called first (then by
+/// name).
+fn called(funcs: &[Func], calls: impl Iterator<Item = u64>) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = funcs
+        .iter()
+        .zip(calls)
+        .filter(|&(_, n)| n > 0)
+        .map(|(f, n)| (f.qualified_name(), n))
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
