@@ -26,6 +26,10 @@ pub const TESTS: &[Test] = &[
         run: funccount_interrupted,
     },
     Test {
+        name: "multi_funccount_cli_intervals",
+        run: funccount_intervals,
+    },
+    Test {
         name: "stack_profile_cli_interrupted",
         run: profile_interrupted,
     },
@@ -160,6 +164,62 @@ fn funccount_interrupted() -> Result<()> {
     check!(
         stdout.contains("vfs_read"),
         "no vfs_read row in its output: {stdout}"
+    );
+    check!(
+        multi::links()?.is_empty(),
+        "a link is left after the interrupted funccount"
+    );
+    Ok(())
+}
+
+/// `rkf funccount -i 0.2 -p PID vfs_read`, without `-d`, counts until SIGINT, as bcc's
+/// funccount -i does: it says so first, prints a table of this process's calls every
+/// 0.2 s and the last one when interrupted, whose vfs_read rows add up to at least the
+/// 100 reads this process made meanwhile (each of a whole file: one call or more), and
+/// detaches.  (`multi_funccount_pid_and_intervals` checks the intervals' counts exactly,
+/// through the library.)
+fn funccount_intervals() -> Result<()> {
+    modules::require("rkf_multi")?;
+    check!(
+        multi::links()?.is_empty(),
+        "a link is there before the test"
+    );
+    let pid = std::process::id().to_string();
+    let (out, _) = interrupted(
+        &["funccount", "-i", "0.2", "-p", &pid, "vfs_read"],
+        |_| Ok(!multi::links()?.is_empty()),
+        || {
+            for _ in 0..100 {
+                std::fs::read("/proc/self/stat")?;
+            }
+            Ok(())
+        },
+    )?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = format!("counting calls of pid {pid} every 0.2 s until Ctrl-C");
+    check!(
+        stdout.lines().any(|l| l == first),
+        "no line \"{first}\" in its output: {stdout}"
+    );
+    let tables = stdout.lines().filter(|l| l.starts_with("at ")).count();
+    let reads: u64 = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("vfs_read"))
+        .map(|n| n.trim().parse::<u64>())
+        .sum::<Result<u64, _>>()
+        .with_context(|| format!("a vfs_read row without a count: {stdout}"))?;
+    diag!("{tables} tables, {reads} calls of vfs_read in all");
+    check!(tables >= 1, "no interval's table in its output: {stdout}");
+    check!(
+        reads >= 100,
+        "{reads} calls of vfs_read in its tables, fewer than the 100 reads: {stdout}"
+    );
+    check!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("counted for ") && l.ends_with(&format!("(pid {pid})"))),
+        "its last line is not \"counted for N s (pid {pid})\": {stdout}"
     );
     check!(
         multi::links()?.is_empty(),

@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use nix::{
+    errno::Errno,
     sys::wait::{waitpid, WaitStatus},
     unistd::{fork, ForkResult},
 };
@@ -18,7 +19,7 @@ use nix::{
 use crate::{
     check, check_eq, diag,
     harness::Test,
-    multi::test_run_fd,
+    multi::{raw_test_run, test_run_fd},
     skel::multi_filler::{MultiFillerSkel, MultiFillerSkelBuilder},
 };
 use rkf::{
@@ -40,21 +41,23 @@ const OURS: u64 = 10;
 const THEIRS: u64 = 1_000;
 /// The intervals of the interval count: its duration is five of them.
 const INTERVALS: u32 = 5;
-const EVERY: Duration = Duration::from_millis(100);
+const EVERY: Duration = Duration::from_millis(500);
 
 /// `rkf funccount -p` of this process and `-i`, through the library, on [`FUNC`], which
 /// nothing but BPF_PROG_TEST_RUN calls.
 ///
-/// Once the link is attached, this process calls [`FUNC`] [`OURS`] times, and a child
-/// process [`THEIRS`] times.  Then, after interval `k` was read, this process calls it
-/// `k + 1` more times, which the next interval counts, and none after the last.  So,
-/// counting this process only, interval 0 has `OURS` calls, interval `k` has `k`, and the
-/// whole count their sum: exactly, whenever the intervals end, as none of these calls is
-/// made while an interval could end.  There are [`INTERVALS`] of them, numbered in turn,
-/// each ending at least its length after the one before (the duration is five of them),
-/// the last marked last and ending once the duration is over.  Then, counting every task,
-/// the same calls of both processes are all counted (other tasks may add some).  No run
-/// is missed and none lands on a function without a counter.
+/// Once the link is attached, this thread calls [`FUNC`] [`OURS`] times, and a child
+/// process [`THEIRS`] times.  Then, after interval `k` was reported (but the last), a new
+/// thread of this process calls it `k + 1` times, which the next interval counts.  So,
+/// counting this process only, interval 0 has `OURS` calls and interval `k` has `k`, and
+/// the whole count their sum: exactly, whenever the intervals end, as none of these calls
+/// is made while an interval could end.  The intervals are numbered in turn; each but the
+/// last ends at a multiple of [`EVERY`] from the start, a later one than the interval
+/// before, before the duration (five of them) is over; the last is marked last and ends
+/// with the count, once the duration is over.  So there are at most [`INTERVALS`], and
+/// fewer only if a stall longer than an interval merged some (said in the output).  Then,
+/// counting every task, exactly the calls of both processes are counted.  No run is
+/// missed and none lands on a function without a counter.
 fn pid_and_intervals() -> Result<()> {
     modules::require("rkf_multi")?;
     let mut obj = MaybeUninit::uninit();
@@ -67,20 +70,24 @@ fn pid_and_intervals() -> Result<()> {
     };
     let mut started: Option<Result<()>> = None;
     let mut intervals: Vec<Interval> = Vec::new();
-    let mut made: Option<Result<()>> = None;
     let c = funccount::count_with(
         &[FUNC],
         &opts,
         |a| started = Some(check_attached(a).and_then(|()| both_call(&trigger))),
         |i: &Interval| {
             intervals.push(i.clone());
-            if !i.last && made.as_ref().is_none_or(Result::is_ok) {
-                made = Some(calls(&trigger, u64::from(i.index) + 1));
+            if i.last {
+                return Ok(());
             }
+            // From another thread: -p counts every thread of the process.
+            std::thread::scope(|s| {
+                s.spawn(|| calls(&trigger, i.index + 1))
+                    .join()
+                    .expect("a caller thread panicked")
+            })
         },
     )?;
     started.context("the count did not start")??;
-    made.transpose()?;
     for i in &intervals {
         diag!(
             "interval {}: ended at {:?}, last {}, {:?}",
@@ -90,34 +97,45 @@ fn pid_and_intervals() -> Result<()> {
             i.counts
         );
     }
-    check_eq!(
-        intervals.len(),
-        INTERVALS as usize,
-        "intervals of {EVERY:?} in {:?}",
+    let n = u64::try_from(intervals.len())?;
+    check!(
+        (1..=u64::from(INTERVALS)).contains(&n),
+        "{n} intervals of {EVERY:?} in {:?}",
         opts.duration
     );
+    if n < u64::from(INTERVALS) {
+        diag!("a stall longer than {EVERY:?} merged intervals");
+    }
     let mut total = 0;
-    for (k, i) in (0u32..).zip(&intervals) {
-        let want = if k == 0 { OURS } else { u64::from(k) };
+    let mut multiple = 0;
+    for (k, i) in (0u64..).zip(&intervals) {
+        let want = if k == 0 { OURS } else { k };
         check_eq!(i.index, k, "interval {k}'s index");
         check_eq!(
             i.counts,
             vec![(FUNC.to_string(), want)],
             "interval {k}: the calls of this process"
         );
-        check!(
-            i.end >= EVERY * (k + 1) || i.last,
-            "interval {k} ended at {:?}, before {:?}",
-            i.end,
-            EVERY * (k + 1)
-        );
-        check_eq!(i.last, k + 1 == INTERVALS, "interval {k} marked last");
+        check_eq!(i.last, k + 1 == n, "interval {k} marked last");
+        if !i.last {
+            let m = i.end.as_nanos() / EVERY.as_nanos();
+            check!(
+                m > multiple && i.end < opts.duration,
+                "interval {k} ended at {:?}: not at a later multiple of {EVERY:?} than the \
+                 interval before ({multiple}) before the duration ({:?}) was over",
+                i.end,
+                opts.duration
+            );
+            multiple = m;
+        }
         total += want;
     }
-    let last_end = intervals.last().context("no interval")?.end;
+    let last = intervals.last().context("no interval")?;
+    check_eq!(last.end, c.duration, "the last interval's end, the count's");
     check!(
-        last_end >= opts.duration,
-        "the last interval ended at {last_end:?}, before the duration ({:?}) was over",
+        last.end >= opts.duration,
+        "the last interval ended at {:?}, before the duration ({:?}) was over",
+        last.end,
         opts.duration
     );
     check_eq!(c.pid, opts.pid, "the process counted");
@@ -143,15 +161,14 @@ fn pid_and_intervals() -> Result<()> {
         &[FUNC],
         &every,
         |a| started = Some(check_attached(a).and_then(|()| both_call(&trigger))),
-        |_| (),
+        |_| Ok(()),
     )?;
     started.context("the count did not start")??;
     diag!("every task: {:?}", c.counts);
-    let n = c.counts.iter().find(|(f, _)| f == FUNC).map_or(0, |x| x.1);
-    check!(
-        n >= OURS + THEIRS,
-        "{n} calls of {FUNC} by every task, fewer than the {} of the two processes",
-        OURS + THEIRS
+    check_eq!(
+        c.counts,
+        vec![(FUNC.to_string(), OURS + THEIRS)],
+        "the calls of every task: those of both processes"
     );
     check_eq!(
         (c.missed, c.unknown),
@@ -174,8 +191,9 @@ fn both_call(trigger: &MultiFillerSkel<'_>) -> Result<()> {
     calls(trigger, OURS)?;
     let fd = trigger.progs.filler.as_fd().as_raw_fd();
     // SAFETY: the child makes only system calls (BPF_PROG_TEST_RUN through libbpf's
-    // bpf_prog_test_run_opts(), which allocates nothing) and leaves by _exit(): nothing
-    // that a lock held by another thread of this process at the fork could block.
+    // bpf_prog_test_run_opts(), which allocates nothing, its symbol already bound by the
+    // calls above) and leaves by _exit(): nothing that a lock held by another thread of
+    // this process at the fork could block.
     match unsafe { fork() }.context("fork")? {
         ForkResult::Child => {
             let mut ok = true;
@@ -187,7 +205,12 @@ fn both_call(trigger: &MultiFillerSkel<'_>) -> Result<()> {
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
         ForkResult::Parent { child } => {
-            let status = waitpid(child, None).context("waitpid")?;
+            let status = loop {
+                match waitpid(child, None) {
+                    Err(Errno::EINTR) => {}
+                    r => break r.context("waitpid")?,
+                }
+            };
             check_eq!(
                 status,
                 WaitStatus::Exited(child, 0),
@@ -205,16 +228,4 @@ fn calls(trigger: &MultiFillerSkel<'_>, n: u64) -> Result<()> {
         test_run_fd(fd)?;
     }
     Ok(())
-}
-
-/// One BPF_PROG_TEST_RUN of `fd`, with nothing but the system call: 0 or a negative errno.
-fn raw_test_run(fd: i32) -> i32 {
-    use libbpf_rs::libbpf_sys::{bpf_prog_test_run_opts, bpf_test_run_opts};
-
-    let mut opts = bpf_test_run_opts {
-        sz: std::mem::size_of::<bpf_test_run_opts>() as _,
-        ..Default::default()
-    };
-    // SAFETY: `fd` is a program fd the parent keeps open, inherited; `opts` is valid.
-    unsafe { bpf_prog_test_run_opts(fd, &mut opts) }
 }

@@ -1216,15 +1216,7 @@ fn refused_and_left_out(skel: &MultiSkel<'_>, funcs: &[Func], beside: &str) -> R
 
 /// BPF_PROG_TEST_RUN by fd, for threads.
 pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
-    use libbpf_rs::libbpf_sys::bpf_test_run_opts;
-
-    // An empty request: no input, one run.
-    let mut opts = bpf_test_run_opts {
-        sz: std::mem::size_of::<bpf_test_run_opts>() as _,
-        ..Default::default()
-    };
-    // SAFETY: `fd` is a program fd kept open by the caller; `opts` is valid.
-    let r = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+    let r = raw_test_run(fd);
     if r != 0 {
         bail!(
             "BPF_PROG_TEST_RUN: {}",
@@ -1232,6 +1224,20 @@ pub(crate) fn test_run_fd(fd: i32) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// [`test_run_fd()`] with nothing but the system call (for a forked child of this
+/// multi-threaded process, which must not allocate): 0, or a negative errno.
+pub(crate) fn raw_test_run(fd: i32) -> i32 {
+    use libbpf_rs::libbpf_sys::{bpf_prog_test_run_opts, bpf_test_run_opts};
+
+    // An empty request: no input, one run.
+    let mut opts = bpf_test_run_opts {
+        sz: std::mem::size_of::<bpf_test_run_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: `fd` is a program fd kept open by the caller; `opts` is valid.
+    unsafe { bpf_prog_test_run_opts(fd, &mut opts) }
 }
 
 /// Whether the kernel has kmemleak (the test kernel, with lockdep and KASAN): its

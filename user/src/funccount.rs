@@ -54,10 +54,12 @@ impl Options {
 #[derive(Clone, Debug)]
 pub struct Interval {
     /// Which one it is, from 0.
-    pub index: u32,
-    /// How long after the attach it ended.
+    pub index: u64,
+    /// When it ended, from the start of the count (when [`count_with()`]'s `started`
+    /// returned); the last one's is [`FuncCount::duration`].
     pub end: Duration,
-    /// Whether it is the last one (the duration is over, or a signal ended the count).
+    /// Whether it is the last one (the duration is over, or a signal ended the count),
+    /// read after the detach.
     pub last: bool,
     /// (function, calls in the interval), most called first (then by name); functions not
     /// called in it are left out.
@@ -82,8 +84,9 @@ pub struct FuncCount {
     pub pid: Option<u32>,
     /// What it attached to.
     pub attach: Attached,
-    /// How long it counted: from the attach to the detach's start, or less if
-    /// interrupted ([`crate::interrupt`]).
+    /// How long it counted: from the start of the count (the attach, or when
+    /// [`count_with()`]'s `started` returned) to the detach's start; less than asked if
+    /// a signal ended it ([`crate::interrupt`]).
     pub duration: Duration,
     /// (function, calls), most called first (then by name); functions not called are
     /// left out.
@@ -100,17 +103,25 @@ pub struct FuncCount {
 ///
 /// Needs the rkf_multi module, and CAP_BPF with CAP_PERFMON.
 pub fn count(patterns: &[&str], opts: &Options) -> Result<FuncCount> {
-    count_with(patterns, opts, |_| (), |_| ())
+    count_with(patterns, opts, |_| (), |_| Ok(()))
 }
 
 /// [`count()`], calling `started` once the program is attached (a call after that is
 /// counted; `opts.duration` runs from when it returns), and `interval` as each interval
-/// of `opts.interval` ends, with its calls.
+/// of `opts.interval` ends, with its calls; an error from `interval` ends the count
+/// (the link detached) and is returned.
+///
+/// An interval ends at the first multiple of its length (from when `started` returned)
+/// that has not passed yet when the one before was reported, or when the duration is over
+/// or a signal ends the count ([`crate::interrupt`]): after a stall longer than an
+/// interval (a blocked output, a stopped process), the next interval takes in the whole
+/// stall, and no interval is reported twice at one time.  The last interval is read after
+/// the detach, so that it and the whole count take in every call counted.
 pub fn count_with(
     patterns: &[&str],
     opts: &Options,
     started: impl FnOnce(&Attached),
-    mut interval: impl FnMut(&Interval),
+    mut interval: impl FnMut(&Interval) -> Result<()>,
 ) -> Result<FuncCount> {
     opts.validate()?;
     multi::check_patterns_exist(patterns)?;
@@ -144,6 +155,13 @@ pub fn count_with(
             .map(|f| counter(&skel.maps.counts, f))
             .collect()
     };
+    // Each function's calls since `before`, most called first.
+    let since = |now: &[u64], before: &[u64]| {
+        // A counter only grows; the copy the lookup returns is not one atomic read,
+        // so one torn by an add could read lower: none then.
+        let calls = now.iter().zip(before).map(|(n, b)| n.saturating_sub(*b));
+        called(&resolved.funcs, calls)
+    };
     let link = Link::attach(&skel.progs.funccount, &resolved.funcs, None)?;
     // What the kernel says the link holds: every function asked for.
     let attached = link.info()?.funcs.len();
@@ -159,36 +177,46 @@ pub fn count_with(
     };
     started(&attach);
     let counting = Instant::now();
-    match opts.interval {
-        None => interrupt::wait(opts.duration),
-        Some(every) => {
-            let mut before = vec![0; resolved.funcs.len()];
-            for index in 0u32.. {
-                // Each interval ends at a multiple of its length from the start, however
-                // long the reads took: no drift.
-                let target = every.saturating_mul(index + 1).min(opts.duration);
-                interrupt::wait(target.saturating_sub(counting.elapsed()));
-                let end = counting.elapsed();
-                let last = end >= opts.duration || interrupt::interrupted();
-                let now = read()?;
-                let calls = now.iter().zip(&before).map(|(n, b)| n - b);
-                interval(&Interval {
-                    index,
-                    end,
-                    last,
-                    counts: called(&resolved.funcs, calls),
-                });
-                before = now;
-                if last {
-                    break;
-                }
+    let mut before = vec![0; resolved.funcs.len()];
+    let mut index = 0;
+    if let Some(every) = opts.interval {
+        loop {
+            // The first multiple of the interval not passed yet, or the duration's end.
+            let passed = counting.elapsed().as_nanos() / every.as_nanos();
+            let target = u32::try_from(passed + 1)
+                .ok()
+                .and_then(|n| every.checked_mul(n))
+                .map_or(opts.duration, |t| t.min(opts.duration));
+            interrupt::wait(target.saturating_sub(counting.elapsed()));
+            if counting.elapsed() >= opts.duration || interrupt::interrupted() {
+                break;
             }
+            let end = counting.elapsed();
+            let now = read()?;
+            interval(&Interval {
+                index,
+                end,
+                last: false,
+                counts: since(&now, &before),
+            })?;
+            before = now;
+            index += 1;
         }
+    } else {
+        interrupt::wait(opts.duration);
     }
     let duration = counting.elapsed();
     let missed = link.info().context("reading the link back")?.misses();
     drop(link);
-    let counts = called(&resolved.funcs, read()?.into_iter());
+    let total = read()?;
+    if opts.interval.is_some() {
+        interval(&Interval {
+            index,
+            end: duration,
+            last: true,
+            counts: since(&total, &before),
+        })?;
+    }
     let unknown = skel
         .maps
         .bss_data
@@ -199,7 +227,7 @@ pub fn count_with(
         pid: opts.pid,
         attach,
         duration,
-        counts,
+        counts: since(&total, &vec![0; total.len()]),
         missed,
         unknown,
     })

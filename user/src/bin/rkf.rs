@@ -109,8 +109,9 @@ enum Cmd {
         #[arg(required = true)]
         globs: Vec<String>,
         /// Seconds to count (fractions allowed, at most a day); Ctrl-C ends it early.
-        #[arg(short, long, value_name = "SECONDS", default_value = "5", value_parser = limits::parse_duration)]
-        duration: Duration,
+        /// 5 by default; with `-i`, a day: until Ctrl-C, as bcc's funccount -i.
+        #[arg(short, long, value_name = "SECONDS", value_parser = limits::parse_duration)]
+        duration: Option<Duration>,
         /// Only calls of this process (all its threads); the whole system's otherwise.
         #[arg(short, long)]
         pid: Option<u32>,
@@ -270,7 +271,11 @@ fn main() -> Result<()> {
             top,
         } => {
             let opts = funccount::Options {
-                duration,
+                duration: duration.unwrap_or(if interval.is_some() {
+                    limits::MAX_DURATION
+                } else {
+                    Duration::from_secs(5)
+                }),
                 pid,
                 interval,
             };
@@ -320,16 +325,22 @@ fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Res
             if let Some(i) = opts.interval {
                 println!("{}", attached(a));
                 left_out(a);
+                let until = if opts.duration == limits::MAX_DURATION {
+                    "until Ctrl-C".to_string()
+                } else {
+                    format!("for {} s", secs(opts.duration))
+                };
                 println!(
-                    "counting calls of {} every {:.1} s",
+                    "counting calls of {} every {} s {until}",
                     who(opts.pid),
-                    i.as_secs_f64()
+                    secs(i)
                 );
             }
         },
         |i| {
-            println!("\nat {:.1} s:", i.end.as_secs_f64());
+            println!("\nat {} s:", secs(i.end));
             print_counts(&i.counts, top);
+            Ok(())
         },
     )?;
     let counted = format!(
@@ -351,6 +362,12 @@ fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Res
         );
     }
     Ok(())
+}
+
+/// `d` in seconds, to the millisecond, without trailing zeros: `1`, `2.5`, `0.01`.
+fn secs(d: Duration) -> String {
+    let s = format!("{:.3}", d.as_secs_f64());
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The `top` most called of `counts` (most called first), and how many more were called.
@@ -610,6 +627,18 @@ impl Columns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seconds to the millisecond, without trailing zeros.
+    #[test]
+    fn seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(secs(ms(1_000)), "1");
+        assert_eq!(secs(ms(2_500)), "2.5");
+        assert_eq!(secs(ms(10)), "0.01");
+        assert_eq!(secs(ms(10_000)), "10");
+        assert_eq!(secs(ms(0)), "0");
+        assert_eq!(secs(Duration::from_micros(1_234_567)), "1.235");
+    }
 
     /// The tables keep the layout of the format strings they replace.
     #[test]
