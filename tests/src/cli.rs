@@ -139,6 +139,28 @@ fn less_than_asked(text: &str, label: &str) -> Result<()> {
     Ok(())
 }
 
+/// `rkf funccount OPTIONS vfs_read` interrupted once its link is attached and this
+/// process read a file 100 times; its output.
+fn funccount_reading(options: &[&str]) -> Result<String> {
+    let args: Vec<&str> = ["funccount"]
+        .iter()
+        .chain(options)
+        .chain(&["vfs_read"])
+        .copied()
+        .collect();
+    let (out, _) = interrupted(
+        &args,
+        |_| Ok(!multi::links()?.is_empty()),
+        || {
+            for _ in 0..100 {
+                std::fs::read("/proc/self/stat")?;
+            }
+            Ok(())
+        },
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `rkf funccount -d 600` interrupted once its link is attached and this process read a
 /// file 100 times: it prints a vfs_read row and the time it really counted, and
 /// detaches.
@@ -149,17 +171,7 @@ fn funccount_interrupted() -> Result<()> {
         "a link is there before the test"
     );
     let secs = ASKED.as_secs().to_string();
-    let (out, _) = interrupted(
-        &["funccount", "-d", &secs, "vfs_read"],
-        |_| Ok(!multi::links()?.is_empty()),
-        || {
-            for _ in 0..100 {
-                std::fs::read("/proc/self/stat")?;
-            }
-            Ok(())
-        },
-    )?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = funccount_reading(&["-d", &secs])?;
     less_than_asked(&stdout, "counted for ")?;
     check!(
         stdout.contains("vfs_read"),
@@ -185,17 +197,7 @@ fn funccount_intervals() -> Result<()> {
         "a link is there before the test"
     );
     let pid = std::process::id().to_string();
-    let (out, _) = interrupted(
-        &["funccount", "-i", "0.2", "-p", &pid, "vfs_read"],
-        |_| Ok(!multi::links()?.is_empty()),
-        || {
-            for _ in 0..100 {
-                std::fs::read("/proc/self/stat")?;
-            }
-            Ok(())
-        },
-    )?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = funccount_reading(&["-i", "0.2", "-p", &pid])?;
     let first = format!("counting calls of pid {pid} every 0.2 s until Ctrl-C");
     check!(
         stdout.lines().any(|l| l == first),

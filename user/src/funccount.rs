@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::{
-    interrupt, limits, modules,
+    interrupt, limits,
     multi::{self, Func, Link, Skip},
     skel::funccount::FunccountSkelBuilder,
     skeleton,
@@ -124,11 +124,7 @@ pub fn count_with(
     mut interval: impl FnMut(&Interval) -> Result<()>,
 ) -> Result<FuncCount> {
     opts.validate()?;
-    multi::check_patterns_exist(patterns)?;
-    modules::require("rkf_multi")?;
-    // The program reads no argument: it takes functions of up to twelve.
-    let resolved = multi::resolve_wide(patterns)?;
-    let nr_funcs = resolved.map_entries()?;
+    let (resolved, nr_funcs) = multi::resolve_for_counters(patterns)?;
     let mut obj = MaybeUninit::uninit();
     let skel = skeleton::load::<FunccountSkelBuilder>(&mut obj, "funccount.bpf.c", |open| {
         let bss = open

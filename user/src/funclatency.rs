@@ -21,7 +21,7 @@ use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::{
-    limits, modules,
+    limits,
     multi::{self, Link, Skip},
     skel::funclatency::FunclatencySkelBuilder,
     skeleton,
@@ -142,11 +142,7 @@ pub fn record(patterns: &[&str], opts: &Options) -> Result<Latencies> {
 /// after that is timed.  `opts.duration` runs from when `started` returns.
 pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) -> Result<Latencies> {
     opts.validate()?;
-    multi::check_patterns_exist(patterns)?;
-    modules::require("rkf_multi")?;
-    // The program reads no argument: it takes functions of up to twelve.
-    let resolved = multi::resolve_wide(patterns)?;
-    let nr_funcs = resolved.map_entries()?;
+    let (resolved, nr_funcs) = multi::resolve_for_counters(patterns)?;
     let mut obj = MaybeUninit::uninit();
     let skel = skeleton::load::<FunclatencySkelBuilder>(&mut obj, "funclatency.bpf.c", |open| {
         let bss = open

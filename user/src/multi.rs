@@ -705,6 +705,19 @@ pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {
     Ok(())
 }
 
+/// What a tool with one counter per function (`rkf funccount`, `rkf funclatency`)
+/// attaches to: each pattern checked against /proc/kallsyms
+/// ([`check_patterns_exist()`]) before anything needs the module, then, with rkf_multi
+/// loaded, the functions of up to twelve arguments they match ([`resolve_wide()`]: a
+/// program that reads no argument takes them all), and a map's entries for one each.
+pub fn resolve_for_counters(patterns: &[&str]) -> Result<(Resolved, u32)> {
+    check_patterns_exist(patterns)?;
+    crate::modules::require("rkf_multi")?;
+    let resolved = resolve_wide(patterns)?;
+    let entries = resolved.map_entries()?;
+    Ok((resolved, entries))
+}
+
 /// [`check_patterns()`] against the names of /proc/kallsyms: names only, so anyone may
 /// read them (the addresses come with [`resolve()`]), and before anything needs the
 /// module, BTF or tracefs.
