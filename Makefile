@@ -202,9 +202,10 @@ vm-storm: selftests-package-distro
 # lanes together take far less than their sum on two cores (the README has the figures).
 # The test kernel's suite (under KASAN, lockdep and kmemleak in TCG) is the longest run:
 # its allocation-failure sweep, a third of it, boots on its own in the other lane, and
-# the call-depth boot follows the rest of the suite, so that the lanes should end at
-# about the same time (with the whole suite in one boot, the test lane took 65 minutes
-# and the other 39 in the check of c920fed).  The test kernel's suite gets 4,500 s there
+# the call-depth boot follows the rest of the suite, so that the lanes end at about the
+# same time (with the whole suite in one boot, the test lane took 65 minutes and the
+# other 39 in the check of c920fed; in that of e31afc1 62 and 60, the two
+# test-kernel guests slowing each other: the README has the figures).  The test kernel's suite gets 4,500 s there
 # (3,600 alone), as it shares the cores with the other lane.  Each boot keeps its own
 # result directory (vm.sh --out), and -Oline prints each boot's output whole when it
 # ends; a lane that fails lets the other end, then make fails.  The lanes build no
