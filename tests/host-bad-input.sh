@@ -126,8 +126,8 @@ expect_fail funclatency_glob_matches_nothing "no function matches rkf_no_such_fu
 	"$rkf" funclatency 'rkf_no_such_function_*' -d 1
 # rkf funccount likewise.
 expect_fail funccount_zero_duration "duration must be more than 0" "$rkf" funccount vfs_read -d 0
-expect_fail funccount_zero_interval "the interval must be more than 0 and at most a day, not 0" \
-	"$rkf" funccount vfs_read -i 0
+expect_fail funccount_interval_below_a_millisecond "the interval must be at least 0.001 s and at most a day, not 0.0005" \
+	"$rkf" funccount vfs_read -i 0.0005
 expect_fail funccount_no_such_pid "no process 4000000000" "$rkf" funccount vfs_read -p 4000000000
 expect_fail funccount_glob_matches_nothing "no function matches rkf_no_such_function_\* \(in /proc/kallsyms\)" \
 	"$rkf" funccount 'rkf_no_such_function_*' -d 1

@@ -140,8 +140,9 @@ fn less_than_asked(text: &str, label: &str) -> Result<()> {
 }
 
 /// `rkf funccount OPTIONS vfs_read` interrupted once its link is attached and this
-/// process read a file 100 times; its output.
-fn funccount_reading(options: &[&str]) -> Result<String> {
+/// process read a file 100 times, for at least `over` (a read every hundredth of it);
+/// its output.
+fn funccount_reading(options: &[&str], over: Duration) -> Result<String> {
     let args: Vec<&str> = ["funccount"]
         .iter()
         .chain(options)
@@ -154,6 +155,7 @@ fn funccount_reading(options: &[&str]) -> Result<String> {
         || {
             for _ in 0..100 {
                 std::fs::read("/proc/self/stat")?;
+                std::thread::sleep(over / 100);
             }
             Ok(())
         },
@@ -171,7 +173,7 @@ fn funccount_interrupted() -> Result<()> {
         "a link is there before the test"
     );
     let secs = ASKED.as_secs().to_string();
-    let stdout = funccount_reading(&["-d", &secs])?;
+    let stdout = funccount_reading(&["-d", &secs], Duration::ZERO)?;
     less_than_asked(&stdout, "counted for ")?;
     check!(
         stdout.contains("vfs_read"),
@@ -185,11 +187,13 @@ fn funccount_interrupted() -> Result<()> {
 }
 
 /// `rkf funccount -i 0.2 -p PID vfs_read`, without `-d`, counts until SIGINT, as bcc's
-/// funccount -i does: it says so first, prints a table of this process's calls every
-/// 0.2 s and the last one when interrupted, whose vfs_read rows add up to at least the
-/// 100 reads this process made meanwhile (each of a whole file: one call or more), and
-/// detaches.  (`multi_funccount_pid_and_intervals` checks the intervals' counts exactly,
-/// through the library.)
+/// funccount -i does: it says so before its first table, prints a table of this
+/// process's calls at each 0.2 s while this process reads a file 100 times over a
+/// second (at least three before the signal, at later times in turn), and the last one
+/// when interrupted; the vfs_read rows add up to at least the 100 reads (each of a whole
+/// file: one call or more), its last line says how long it counted, and it detaches.
+/// (`multi_funccount_pid_and_intervals` checks the intervals' counts exactly, through the
+/// library.)
 fn funccount_intervals() -> Result<()> {
     modules::require("rkf_multi")?;
     check!(
@@ -197,28 +201,44 @@ fn funccount_intervals() -> Result<()> {
         "a link is there before the test"
     );
     let pid = std::process::id().to_string();
-    let stdout = funccount_reading(&["-i", "0.2", "-p", &pid])?;
+    let stdout = funccount_reading(&["-i", "0.2", "-p", &pid], Duration::from_secs(1))?;
+    let lines: Vec<&str> = stdout.lines().collect();
     let first = format!("counting calls of pid {pid} every 0.2 s until Ctrl-C");
+    let said = lines.iter().position(|l| *l == first);
+    let tables: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("at "))
+        .collect();
     check!(
-        stdout.lines().any(|l| l == first),
-        "no line \"{first}\" in its output: {stdout}"
+        said.is_some_and(|s| tables.first().is_some_and(|&t| s < t)),
+        "no line \"{first}\" before its first table: {stdout}"
     );
-    let tables = stdout.lines().filter(|l| l.starts_with("at ")).count();
-    let reads: u64 = stdout
-        .lines()
+    let times: Vec<f64> = tables
+        .iter()
+        .map(|&i| {
+            lines[i]
+                .strip_prefix("at ")
+                .and_then(|l| l.strip_suffix(" s:"))
+                .and_then(|t| t.parse().ok())
+                .with_context(|| format!("a table's line {:?}", lines[i]))
+        })
+        .collect::<Result<_>>()?;
+    check!(
+        times.len() >= 4 && times.windows(2).all(|w| w[0] < w[1]),
+        "tables at {times:?} s: not three or more before the last, in turn: {stdout}"
+    );
+    let reads: u64 = lines
+        .iter()
         .filter_map(|l| l.strip_prefix("vfs_read"))
         .map(|n| n.trim().parse::<u64>())
         .sum::<Result<u64, _>>()
         .with_context(|| format!("a vfs_read row without a count: {stdout}"))?;
-    diag!("{tables} tables, {reads} calls of vfs_read in all");
-    check!(tables >= 1, "no interval's table in its output: {stdout}");
+    diag!("tables at {times:?} s, {reads} calls of vfs_read in all");
     check!(
         reads >= 100,
         "{reads} calls of vfs_read in its tables, fewer than the 100 reads: {stdout}"
     );
     check!(
-        stdout
-            .lines()
+        lines
             .last()
             .is_some_and(|l| l.starts_with("counted for ") && l.ends_with(&format!("(pid {pid})"))),
         "its last line is not \"counted for N s (pid {pid})\": {stdout}"

@@ -46,16 +46,16 @@ const EVERY: Duration = Duration::from_millis(500);
 /// `rkf funccount -p` of this process and `-i`, through the library, on [`FUNC`], which
 /// nothing but BPF_PROG_TEST_RUN calls.
 ///
-/// Once the link is attached, this thread calls [`FUNC`] [`OURS`] times, and a child
-/// process [`THEIRS`] times.  Then, after interval `k` was reported (but the last), a new
-/// thread of this process calls it `k + 1` times, which the next interval counts.  So,
-/// counting this process only, interval 0 has `OURS` calls and interval `k` has `k`, and
-/// the whole count their sum: exactly, whenever the intervals end, as none of these calls
-/// is made while an interval could end.  The intervals are numbered in turn; each but the
-/// last ends at a multiple of [`EVERY`] from the start, a later one than the interval
-/// before, before the duration (five of them) is over; the last is marked last and ends
-/// with the count, once the duration is over.  So there are at most [`INTERVALS`], and
-/// fewer only if a stall longer than an interval merged some (said in the output).  Then,
+/// Once the link is attached, this process calls [`FUNC`] [`OURS`] times (half from this
+/// thread, half from another), and a child process [`THEIRS`] times.  Then, after
+/// interval `k` was reported (but the last), a new thread of this process calls it
+/// `k + 1` times, which the next interval counts.  So, counting this process only,
+/// interval 0 has `OURS` calls and interval `k` has `k`, and the whole count their sum:
+/// exactly, whenever the intervals end, as none of these calls is made while an interval
+/// could end.  The intervals are numbered in turn; each but the last ends past a later
+/// multiple of [`EVERY`] than the interval before, before the duration (five of them) is
+/// over; the last is marked last and ends with the count, once the duration is over.  So
+/// there are at most [`INTERVALS`] (the output says when there are fewer).  Then,
 /// counting every task, exactly the calls of both processes are counted.  No run is
 /// missed and none lands on a function without a counter.
 fn pid_and_intervals() -> Result<()> {
@@ -104,7 +104,7 @@ fn pid_and_intervals() -> Result<()> {
         opts.duration
     );
     if n < u64::from(INTERVALS) {
-        diag!("a stall longer than {EVERY:?} merged intervals");
+        diag!("{n} intervals, not {INTERVALS}: a stall longer than {EVERY:?} merged some");
     }
     let mut total = 0;
     let mut multiple = 0;
@@ -185,10 +185,16 @@ fn check_attached(a: &funccount::Attached) -> Result<()> {
     Ok(())
 }
 
-/// [`OURS`] calls of [`FUNC`] by this process, then [`THEIRS`] by a child process, which
-/// has exited when this returns.
+/// [`OURS`] calls of [`FUNC`] by this process, half from this thread and half from
+/// another (`-p` counts a process's threads: a filter by thread id would miss one half),
+/// then [`THEIRS`] by a child process, which has exited when this returns.
 fn both_call(trigger: &MultiFillerSkel<'_>) -> Result<()> {
-    calls(trigger, OURS)?;
+    calls(trigger, OURS / 2)?;
+    std::thread::scope(|s| {
+        s.spawn(|| calls(trigger, OURS - OURS / 2))
+            .join()
+            .expect("a caller thread panicked")
+    })?;
     let fd = trigger.progs.filler.as_fd().as_raw_fd();
     // SAFETY: the child makes only system calls (BPF_PROG_TEST_RUN through libbpf's
     // bpf_prog_test_run_opts(), which allocates nothing, its symbol already bound by the

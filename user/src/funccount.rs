@@ -34,7 +34,9 @@ pub struct Options {
     /// Only calls made by this process (any of its threads); every task's when `None`.
     pub pid: Option<u32>,
     /// Report the calls of each interval of this length as it ends (`-i`), the last one
-    /// shorter if the duration is not a multiple of it or a signal ends the count.
+    /// shorter if the duration is not a multiple of it or a signal ends the count, and
+    /// one longer after a stall that made the count miss the end of an interval (see
+    /// [`count_with()`]).
     pub interval: Option<Duration>,
 }
 
@@ -177,17 +179,18 @@ pub fn count_with(
     let mut index = 0;
     if let Some(every) = opts.interval {
         loop {
-            // The first multiple of the interval not passed yet, or the duration's end.
-            let passed = counting.elapsed().as_nanos() / every.as_nanos();
-            let target = u32::try_from(passed + 1)
-                .ok()
-                .and_then(|n| every.checked_mul(n))
-                .map_or(opts.duration, |t| t.min(opts.duration));
+            // The first multiple of the interval not passed yet, or the duration's end
+            // (both at most a day, which a u64 of nanoseconds holds).
+            let every_ns = every.as_nanos();
+            let next = (counting.elapsed().as_nanos() / every_ns + 1) * every_ns;
+            let target = u64::try_from(next)
+                .map_or(opts.duration, Duration::from_nanos)
+                .min(opts.duration);
             interrupt::wait(target.saturating_sub(counting.elapsed()));
-            if counting.elapsed() >= opts.duration || interrupt::interrupted() {
+            let end = counting.elapsed();
+            if end >= opts.duration || interrupt::interrupted() {
                 break;
             }
-            let end = counting.elapsed();
             let now = read()?;
             interval(&Interval {
                 index,

@@ -34,21 +34,28 @@ pub fn parse_frequency(s: &str) -> Result<u64, String> {
 
 /// Checks a duration: more than 0 and at most [`MAX_DURATION`].
 pub fn check_duration(d: Duration) -> Result<Duration, String> {
-    check_span("duration", d)
-}
-
-/// Checks an interval (`rkf funccount -i`): as a duration.
-pub fn check_interval(d: Duration) -> Result<Duration, String> {
-    check_span("interval", d)
-}
-
-/// Checks `what`, a length of time: more than 0 and at most [`MAX_DURATION`].
-fn check_span(what: &str, d: Duration) -> Result<Duration, String> {
     if !d.is_zero() && d <= MAX_DURATION {
         Ok(d)
     } else {
-        Err(span_error(what, d.as_secs_f64()))
+        Err(duration_error(d.as_secs_f64()))
     }
+}
+
+/// The shortest interval accepted (`rkf funccount -i`): a millisecond, the precision
+/// it is printed with.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Checks an interval (`rkf funccount -i`): [`MIN_INTERVAL`] to [`MAX_DURATION`].
+pub fn check_interval(d: Duration) -> Result<Duration, String> {
+    if (MIN_INTERVAL..=MAX_DURATION).contains(&d) {
+        Ok(d)
+    } else {
+        Err(interval_error(d.as_secs_f64()))
+    }
+}
+
+fn interval_error(secs: f64) -> String {
+    format!("the interval must be at least 0.001 s and at most a day, not {secs}")
 }
 
 /// Checks that a process to follow exists (`-p`); `None` follows every task.  A thread's
@@ -75,30 +82,25 @@ pub fn check_pid(pid: Option<u32>) -> Result<(), String> {
     }
 }
 
-fn span_error(what: &str, secs: f64) -> String {
-    format!("the {what} must be more than 0 and at most a day, not {secs}")
+fn duration_error(secs: f64) -> String {
+    format!("the duration must be more than 0 and at most a day, not {secs}")
 }
 
 /// Parses and checks a duration in seconds, fractions allowed (`-d`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    parse_span("duration", s)
+    let secs = s
+        .parse::<f64>()
+        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    // NaN, infinities and negative numbers are no duration.
+    check_duration(Duration::try_from_secs_f64(secs).map_err(|_| duration_error(secs))?)
 }
 
 /// Parses and checks an interval in seconds, fractions allowed (`rkf funccount -i`).
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    parse_span("interval", s)
-}
-
-/// Parses and checks `what`, a length of time in seconds, fractions allowed.
-fn parse_span(what: &str, s: &str) -> Result<Duration, String> {
     let secs = s
         .parse::<f64>()
         .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    // NaN, infinities and negative numbers are no length of time.
-    check_span(
-        what,
-        Duration::try_from_secs_f64(secs).map_err(|_| span_error(what, secs))?,
-    )
+    check_interval(Duration::try_from_secs_f64(secs).map_err(|_| interval_error(secs))?)
 }
 
 #[cfg(test)]
@@ -178,17 +180,27 @@ mod tests {
             .starts_with("\"5s\" is not a number of seconds"));
     }
 
-    /// Intervals are checked as durations, and named as intervals.
+    /// Intervals of a millisecond to a day.
     #[test]
     fn intervals() {
         assert_eq!(parse_interval("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(
-            parse_interval("0"),
-            Err("the interval must be more than 0 and at most a day, not 0".to_owned())
-        );
+        assert_eq!(parse_interval("0.001"), Ok(MIN_INTERVAL));
+        for (s, shown) in [
+            ("0", "0"),
+            ("0.0009", "0.0009"),
+            ("nan", "NaN"),
+            ("-1", "-1"),
+        ] {
+            assert_eq!(
+                parse_interval(s),
+                Err(format!(
+                    "the interval must be at least 0.001 s and at most a day, not {shown}"
+                ))
+            );
+        }
         assert_eq!(
             check_interval(MAX_DURATION + Duration::from_secs(1)),
-            Err("the interval must be more than 0 and at most a day, not 86401".to_owned())
+            Err("the interval must be at least 0.001 s and at most a day, not 86401".to_owned())
         );
         assert_eq!(check_interval(MAX_DURATION), Ok(MAX_DURATION));
     }

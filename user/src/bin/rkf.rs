@@ -279,7 +279,7 @@ fn main() -> Result<()> {
                 pid,
                 interval,
             };
-            cmd_funccount(&globs, &opts, top)
+            cmd_funccount(&globs, &opts, top, duration.is_none() && interval.is_some())
         }
         Cmd::Funclatency {
             globs,
@@ -301,7 +301,14 @@ fn main() -> Result<()> {
     }
 }
 
-fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Result<()> {
+/// `rkf funccount`; `until_interrupted`: no `-d` was given with `-i`, which then counts
+/// until Ctrl-C (at most a day).
+fn cmd_funccount(
+    globs: &[String],
+    opts: &funccount::Options,
+    top: usize,
+    until_interrupted: bool,
+) -> Result<()> {
     opts.validate()?;
     let pats: Vec<&str> = globs.iter().map(String::as_str).collect();
     let attached = |a: &funccount::Attached| {
@@ -325,7 +332,7 @@ fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Res
             if let Some(i) = opts.interval {
                 println!("{}", attached(a));
                 left_out(a);
-                let until = if opts.duration == limits::MAX_DURATION {
+                let until = if until_interrupted {
                     "until Ctrl-C".to_string()
                 } else {
                     format!("for {} s", secs(opts.duration))
@@ -343,11 +350,7 @@ fn cmd_funccount(globs: &[String], opts: &funccount::Options, top: usize) -> Res
             Ok(())
         },
     )?;
-    let counted = format!(
-        "counted for {:.1} s ({})",
-        c.duration.as_secs_f64(),
-        who(c.pid)
-    );
+    let counted = format!("counted for {} s ({})", secs(c.duration), who(c.pid));
     if opts.interval.is_some() {
         println!("\n{counted}");
     } else {
