@@ -226,7 +226,7 @@ pub fn count_with(
         pid: opts.pid,
         attach,
         duration,
-        counts: since(&total, &vec![0; total.len()]),
+        counts: called(&resolved.funcs, total.into_iter()),
         missed,
         unknown,
     })

@@ -86,21 +86,24 @@ fn duration_error(secs: f64) -> String {
     format!("the duration must be more than 0 and at most a day, not {secs}")
 }
 
-/// Parses and checks a duration in seconds, fractions allowed (`-d`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Parses a number of seconds, fractions allowed, into a [`Duration`]; `error` says
+/// what is wrong with a number that is no length of time (NaN, an infinity, a negative
+/// number).
+fn parse_secs(s: &str, error: fn(f64) -> String) -> Result<Duration, String> {
     let secs = s
         .parse::<f64>()
         .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    // NaN, infinities and negative numbers are no duration.
-    check_duration(Duration::try_from_secs_f64(secs).map_err(|_| duration_error(secs))?)
+    Duration::try_from_secs_f64(secs).map_err(|_| error(secs))
+}
+
+/// Parses and checks a duration in seconds, fractions allowed (`-d`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    check_duration(parse_secs(s, duration_error)?)
 }
 
 /// Parses and checks an interval in seconds, fractions allowed (`rkf funccount -i`).
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let secs = s
-        .parse::<f64>()
-        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    check_interval(Duration::try_from_secs_f64(secs).map_err(|_| interval_error(secs))?)
+    check_interval(parse_secs(s, interval_error)?)
 }
 
 #[cfg(test)]

@@ -309,7 +309,6 @@ fn cmd_funccount(
     top: usize,
     until_interrupted: bool,
 ) -> Result<()> {
-    opts.validate()?;
     let pats: Vec<&str> = globs.iter().map(String::as_str).collect();
     let attached = |a: &funccount::Attached| {
         let skipped: usize = a.skipped.values().map(Vec::len).sum();
