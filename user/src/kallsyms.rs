@@ -49,12 +49,22 @@ impl Kallsyms {
     /// Reads /proc/kallsyms.  Fails when the addresses are hidden (not root, or
     /// `kernel.kptr_restrict` forbids them), since every lookup would then give zero.
     pub fn load() -> Result<Self> {
+        Self::names()?.require_addresses()
+    }
+
+    /// Reads /proc/kallsyms as anyone may: the names, with the addresses only where the
+    /// reader may see them (zero otherwise).
+    pub fn names() -> Result<Self> {
         let text = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
-        let k = Self::parse(&text)?;
-        if k.syms.iter().all(|s| s.addr == 0) {
+        Self::parse(&text)
+    }
+
+    /// `self`, if its addresses are shown: fails when they were hidden from the reader.
+    pub fn require_addresses(self) -> Result<Self> {
+        if self.syms.iter().all(|s| s.addr == 0) {
             bail!("/proc/kallsyms shows only zero addresses: run as root (CAP_SYSLOG) with kernel.kptr_restrict < 2");
         }
-        Ok(k)
+        Ok(self)
     }
 
     /// Parses the text of /proc/kallsyms.

@@ -301,8 +301,12 @@ pub fn resolve_wide(patterns: &[&str]) -> Result<Resolved> {
 }
 
 fn resolve_up_to(patterns: &[&str], max_args: u32) -> Result<Resolved> {
+    resolve_with(patterns, max_args, &Kallsyms::load()?)
+}
+
+/// [`resolve_up_to()`] with the symbols `ksyms`, addresses and all.
+fn resolve_with(patterns: &[&str], max_args: u32, ksyms: &Kallsyms) -> Result<Resolved> {
     let vmlinux = KernelBtf::vmlinux()?;
-    let ksyms = Kallsyms::load()?;
     let ftrace = ftrace_functions()?;
     let holders = direct_holders()?;
     let mut out = Resolved::default();
@@ -706,24 +710,19 @@ pub fn check_patterns(patterns: &[&str], ksyms: &Kallsyms) -> Result<()> {
 }
 
 /// What a tool with one counter per function (`rkf funccount`, `rkf funclatency`)
-/// attaches to: each pattern checked against /proc/kallsyms
-/// ([`check_patterns_exist()`]) before anything needs the module, then, with rkf_multi
-/// loaded, the functions of up to twelve arguments they match ([`resolve_wide()`]: a
-/// program that reads no argument takes them all), and a map's entries for one each.
+/// attaches to: each pattern checked against the names of /proc/kallsyms
+/// ([`check_patterns()`]: names only, so anyone may read them) before anything needs the
+/// module, BTF, tracefs or privilege, then, with rkf_multi loaded, the functions of up to
+/// twelve arguments they match (as [`resolve_wide()`], from the same read of
+/// /proc/kallsyms: a program that reads no argument takes them all), and a map's entries
+/// for one each.
 pub fn resolve_for_counters(patterns: &[&str]) -> Result<(Resolved, u32)> {
-    check_patterns_exist(patterns)?;
+    let ksyms = Kallsyms::names()?;
+    check_patterns(patterns, &ksyms)?;
     crate::modules::require("rkf_multi")?;
-    let resolved = resolve_wide(patterns)?;
+    let resolved = resolve_with(patterns, rules::MAX_ARGS, &ksyms.require_addresses()?)?;
     let entries = resolved.map_entries()?;
     Ok((resolved, entries))
-}
-
-/// [`check_patterns()`] against the names of /proc/kallsyms: names only, so anyone may
-/// read them (the addresses come with [`resolve()`]), and before anything needs the
-/// module, BTF or tracefs.
-pub fn check_patterns_exist(patterns: &[&str]) -> Result<()> {
-    let names = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
-    check_patterns(patterns, &Kallsyms::parse(&names)?)
 }
 
 #[cfg(test)]
