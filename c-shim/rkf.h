@@ -266,19 +266,29 @@ struct rkf_multi_stats {
 };
 
 /**
+ * struct rkf_multi_link_state - a link's id and detached flag, named by all its slots
+ * @id:       its id, which no other published link has (an id is taken for good once its
+ *            attach succeeds): what a session's exit run finds the cookie of its entry
+ *            run by
+ * @detached: set once the link is detached (or its attach failed): a generated
+ *            trampoline's run reads it first and runs nothing once it is set, so a call
+ *            that was in flight inside the function meanwhile runs the program no more on
+ *            the way out (nor, past a sleepable program, on the way in)
+ *
+ * One per link: it lives as long as the link does, and as long as any image whose slots
+ * name it.
+ */
+struct rkf_multi_link_state {
+	u64 id;
+	bool detached;
+};
+
+/**
  * struct rkf_multi_prog - one program on one function
  * @prog:   the program (the link holds the reference)
  * @cookie: its cookie on this function
  * @stats:  its counters on this function (the link owns them)
- * @link:   its link's id, which no other published link has (an id is taken for good
- *          once its attach succeeds): what a session's exit run finds the cookie of its
- *          entry run by
- * @detached: set once its link is detached (or its attach failed): a generated
- *          trampoline's run reads it first and runs nothing once it is set, so a call
- *          that was in flight inside the function meanwhile runs the program no more on
- *          the way out (nor, past a sleepable program, on the way in).  The flag lives as
- *          long as the link does, and, where the image counts its calls in flight, for
- *          as long as the image names it.
+ * @link:   its link's id and detached flag, which every slot of the link names
  *
  * RKF_MULTI_SLOT_SIZE bytes: the code functions without an exit share finds a function's
  * program k at its first slot plus k times that.
@@ -287,11 +297,10 @@ struct rkf_multi_prog {
 	struct bpf_prog *prog;
 	u64 cookie;
 	struct rkf_multi_stats *stats;
-	u64 link;
-	const bool *detached;
+	const struct rkf_multi_link_state *link;
 };
 
-#define RKF_MULTI_SLOT_SIZE	40
+#define RKF_MULTI_SLOT_SIZE	32
 
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it

@@ -292,7 +292,7 @@ static __always_inline void rkf_multi_frame_done(void)
 static notrace __no_stack_protector void
 rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 {
-	if (unlikely(READ_ONCE(*p->detached)))
+	if (unlikely(READ_ONCE(p->link->detached)))
 		return;
 	if (p->prog->sleepable) {
 		migrate_disable();
@@ -363,7 +363,7 @@ rkf_multi_sessions_enter(const struct rkf_multi_func *f, const struct rkf_multi_
 
 	for (i = 0; i < n; i++) {
 		RKF_MULTI_COOKIE(ctx, i) = 0;
-		RKF_MULTI_SESSION_LINK(ctx, i) = s[i].link;
+		RKF_MULTI_SESSION_LINK(ctx, i) = s[i].link->id;
 	}
 	RKF_MULTI_NR_SESSIONS(ctx) = n;
 	reg = ctx[f->nr_args];
@@ -388,7 +388,7 @@ rkf_multi_sessions_exit(const struct rkf_multi_func *f, const struct rkf_multi_p
 
 	for (i = 0; i < f->nr_session; i++) {
 		for (k = 0; k < entered; k++)
-			if (RKF_MULTI_SESSION_LINK(ctx, k) == s[i].link)
+			if (RKF_MULTI_SESSION_LINK(ctx, k) == s[i].link->id)
 				break;
 		if (k == entered)
 			continue;
@@ -572,7 +572,8 @@ notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long
 /**
  * rkf_multi_run_prog() - run one program of a function, on entry or on exit, for a
  * generated trampoline
- * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
+ * @p:   the program, its cookie, counters and link's id and flag: a slot of the trampoline's
+ *       image
  * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry(), with the return value
  *       on exit
  *
@@ -591,7 +592,7 @@ notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long
 notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 {
 	rkf_multi_run_lock();
-	if (likely(!READ_ONCE(*p->detached)))
+	if (likely(!READ_ONCE(p->link->detached)))
 		rkf_multi_run(p, ctx);
 	rkf_multi_run_unlock();
 }
@@ -599,7 +600,8 @@ notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog
 /**
  * rkf_multi_run_sleepable_slot() - run one program of a function with sleepable programs,
  * on entry or on exit, for a generated trampoline
- * @p:   the program, its cookie, counters and link's flag: a slot of the trampoline's image
+ * @p:   the program, its cookie, counters and link's id and flag: a slot of the trampoline's
+ *       image
  * @ctx: the trampoline's frame
  *
  * The trampoline counts the call in flight, from entry to return or, without an exit,

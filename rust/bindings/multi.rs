@@ -29,7 +29,7 @@ pub const RKF_MULTI_KIND_SESSION: u32 = 2;
 pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
-pub const RKF_MULTI_SLOT_SIZE: u32 = 40;
+pub const RKF_MULTI_SLOT_SIZE: u32 = 32;
 pub const RKF_MULTI_EI_UNCONFIGURED: u32 = 0;
 pub const RKF_MULTI_EI_LISTED: u32 = 1;
 pub const RKF_MULTI_EI_NOT_LISTED: u32 = 2;
@@ -70,12 +70,16 @@ pub struct rkf_multi_stats {
     pub misses: atomic64_t,
 }
 #[repr(C)]
+pub struct rkf_multi_link_state {
+    pub id: u64_,
+    pub detached: bool_,
+}
+#[repr(C)]
 pub struct rkf_multi_prog {
     pub prog: *mut bpf_prog,
     pub cookie: u64_,
     pub stats: *mut rkf_multi_stats,
-    pub link: u64_,
-    pub detached: *const bool_,
+    pub link: *const rkf_multi_link_state,
 }
 #[repr(C)]
 pub struct rkf_multi_func {

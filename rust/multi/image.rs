@@ -5,13 +5,9 @@
 
 use core::ptr;
 
-use kernel::{
-    ffi::c_void,
-    prelude::*,
-    sync::{atomic::Atomic, Arc},
-};
+use kernel::{ffi::c_void, prelude::*, sync::Arc};
 
-use super::area::AreaVec;
+use super::{area::AreaVec, link::LinkState};
 use crate::{
     multi_table, rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
@@ -54,13 +50,13 @@ struct ImageData {
     /// them (a call of a function moving between trampolines) under RCU, or RCU tasks
     /// trace, from a table that holds the image.
     slots: AreaVec<rkf_h::rkf_multi_prog>,
-    /// The detached flags of the links at the time, which the slots name, kept as long
-    /// as the image: a run reads its slot's first, however long after the link went: on
-    /// the way out of a call in flight, past a sleepable program, or on the way in by a
-    /// task that was preempted in the image's code while its function moved to the
-    /// shared trampoline (a generation that failed), whose link may then be freed after
-    /// an RCU grace period only (no trampoline of its retired).
-    _detached: AreaVec<Arc<Atomic<bool>>>,
+    /// The ids and detached flags of the links at the time, which the slots name, kept as
+    /// long as the image: a run reads its slot's flag first, however long after the link
+    /// went: on the way out of a call in flight, past a sleepable program, or on the way
+    /// in by a task that was preempted in the image's code while its function moved to
+    /// the shared trampoline (a generation that failed), whose link may then be freed
+    /// after an RCU grace period only (no trampoline of its retired).
+    _links: AreaVec<Arc<LinkState>>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
@@ -305,8 +301,8 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
 }
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
-/// `funcs` for a cpu that wants `m`, with the links' detached flags `detached` (what the
-/// slots name, kept as long as the image): returns the image and where it
+/// `funcs` for a cpu that wants `m`, with the links' ids and detached flags `links` (what
+/// the slots name, kept as long as the image): returns the image and where it
 /// put each function.  A function with an exit (fexit or session programs) gets code of its own;
 /// the others share code by shape, one copy per shape at the start of the image, and
 /// each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes a function
@@ -314,7 +310,7 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
-    detached: &[&Arc<Atomic<bool>>],
+    links: &[&Arc<LinkState>],
     m: &Mitigations,
 ) -> Result<(Arc<Image>, AreaVec<Placed>)> {
     // The shapes of shared code, sorted, each once.
@@ -374,14 +370,14 @@ pub(crate) fn generate(
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
     }
-    let mut flags = AreaVec::with_capacity(detached.len(), GFP_KERNEL)?;
-    for &d in detached {
-        flags.push(d.clone(), GFP_KERNEL)?;
+    let mut states = AreaVec::with_capacity(links.len(), GFP_KERNEL)?;
+    for &l in links {
+        states.push(l.clone(), GFP_KERNEL)?;
     }
     let data = KBox::new(
         ImageData {
             slots,
-            _detached: flags,
+            _links: states,
         },
         GFP_KERNEL,
     )?;

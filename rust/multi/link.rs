@@ -3,6 +3,8 @@
 //! A link: one program on a set of functions, with a cookie and counters for each, and
 //! the modules whose functions it traces.
 
+use core::ptr;
+
 use kernel::{
     prelude::*,
     sync::{
@@ -22,17 +24,51 @@ use crate::{
     rkf_h,
 };
 
+/// A link's id and detached flag (`struct rkf_multi_link_state`), which every slot of its
+/// programs names.  Every image that has slots of the link keeps it for as long as the
+/// image lives, as a run reads the flag however long after the link went.
+#[repr(C)]
+pub(crate) struct LinkState {
+    /// The link's id: ids start at 1 and grow, so older links have smaller ones.
+    id: u64,
+    /// Set once the link is detached (or its attach failed): every run of a generated
+    /// trampoline reads it through its slot first (for a call in flight, on the way out
+    /// too).
+    detached: Atomic<bool>,
+}
+
+// The C side reads it as `struct rkf_multi_link_state`.
+crate::abi_check::assert_same_layout!(LinkState, rkf_h::rkf_multi_link_state, id, detached);
+const _: () = assert!(size_of::<Atomic<bool>>() == size_of::<bool>());
+
+impl LinkState {
+    /// The state of a new link `id`: not detached.
+    pub(crate) fn new(id: u64) -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Self {
+                id,
+                detached: Atomic::new(false),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// What a slot names: the C view of `self`, valid for as long as `self` is.
+    pub(crate) fn as_ptr(&self) -> *const rkf_h::rkf_multi_link_state {
+        ptr::from_ref(self).cast()
+    }
+}
+
 /// An attached link.
 ///
 /// # Invariants
 ///
-/// `targets` is sorted by site (`traces()` searches it) and `stats` has one entry per
-/// target, in the same order; neither is resized after the link is made, as tables and
-/// images point into `stats`.  The counters in `stats` are only ever accessed atomically
-/// (atomic64_inc() in the trampolines, atomic loads here).
+/// `targets` is sorted by site (`traces()` searches it), `stats` has one entry per
+/// target, in the same order, and `cookies` one too or none; neither `targets` nor
+/// `stats` is resized after the link is made, as tables and images point into `stats`.
+/// The counters in `stats` are only ever accessed atomically (atomic64_inc() in the
+/// trampolines, atomic loads here).
 pub(crate) struct Link {
-    /// Its id: ids start at 1 and grow, so older links have smaller ones.
-    pub(crate) id: u64,
     /// The program.
     pub(crate) prog: ProgRef,
     /// The program's id.
@@ -44,16 +80,16 @@ pub(crate) struct Link {
     pub(crate) sleepable: bool,
     /// Sorted by site.
     pub(crate) targets: AreaVec<Target>,
+    /// The cookie of each target, in the same order, or none where every cookie is 0
+    /// (most links have none): read through [`Link::cookie()`].
+    pub(crate) cookies: AreaVec<u64>,
     /// The counters of each target, in the same order, which the trampolines increment:
     /// tables point into them, so the vector is never resized.
     pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: AreaVec<ModuleRef>,
-    /// Set once the link is detached (or its attach failed): every run of a generated
-    /// trampoline reads it through its slot first (for a call in flight, on the way out
-    /// too), and images whose calls in flight are counted keep it for as long as such a
-    /// call may come back.
-    pub(crate) detached: Arc<Atomic<bool>>,
+    /// Its id and detached flag, which its slots name.
+    pub(crate) state: Arc<LinkState>,
     /// Set, for good, by the first table built (published or not) with one of its
     /// functions having a sleepable program: a task may then have slept in that program
     /// with the table's (or image's) slot of this link still ahead of it, under RCU tasks
@@ -63,21 +99,30 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// A new link's detached flag: not detached.
-    pub(crate) fn new_flag() -> Result<Arc<Atomic<bool>>> {
-        Ok(Arc::new(Atomic::new(false), GFP_KERNEL)?)
+    /// Its id: ids start at 1 and grow, so older links have smaller ones.
+    pub(crate) fn id(&self) -> u64 {
+        self.state.id
     }
 
     /// Says the link is detached: generated trampolines run its program no more, calls in
     /// flight inside its functions included.
     pub(crate) fn mark_detached(&self) {
-        self.detached.store(true, Release);
+        self.state.detached.store(true, Release);
     }
 
     /// Whether a task may have run, or still run, a program after the link's under RCU
     /// tasks trace alone: what the link holds must wait for its grace period.
     pub(crate) fn needs_trace_gp(&self) -> bool {
         self.sleepable || self.beside_sleepable.load(Relaxed)
+    }
+
+    /// The cookie of target `i`.
+    pub(crate) fn cookie(&self, i: usize) -> u64 {
+        if self.cookies.is_empty() {
+            0
+        } else {
+            self.cookies[i]
+        }
     }
 
     /// Whether the link traces the function at `site`.
@@ -107,7 +152,7 @@ impl Link {
         };
         FuncInfo {
             addr: t.addr(),
-            cookie: t.cookie,
+            cookie: self.cookie(i),
             hits: hits as u64,
             misses: misses as u64,
         }

@@ -13,7 +13,7 @@ use super::{
     error::{AttachError, Refusal},
     ftrace::{self, FtraceOps, Updates},
     image,
-    link::Link,
+    link::{Link, LinkState},
     refs::ModuleRef,
     request::Checked,
     table::{self, Generation, Table},
@@ -149,15 +149,15 @@ impl Registry {
         let id = self.next_id;
         self.links.push(
             Link {
-                id,
                 prog: c.prog.prog,
                 prog_id: c.prog.id,
                 kind: c.prog.kind,
                 sleepable: c.prog.sleepable,
                 targets,
+                cookies: c.cookies,
                 stats: Link::new_stats(n)?,
                 modules: c.modules,
-                detached: Link::new_flag()?,
+                state: LinkState::new(id)?,
                 beside_sleepable: Atomic::new(false),
             },
             GFP_KERNEL,
@@ -245,7 +245,7 @@ impl Registry {
 
     /// Detaches link `id`.
     pub(crate) fn detach(&mut self, s: &Services<'_>, id: u64) {
-        let Some(pos) = self.links.iter().position(|l| l.id == id) else {
+        let Some(pos) = self.links.iter().position(|l| l.id() == id) else {
             return;
         };
         let Ok(mut link) = self.links.remove(pos) else {
@@ -331,20 +331,20 @@ impl Registry {
     pub(crate) fn info(&self, own: u64, info: &mut LinkInfo) -> Result<&Link> {
         // Links are in id order.
         let l = if info.id == 0 {
-            self.links.iter().find(|l| l.id == own)
+            self.links.iter().find(|l| l.id() == own)
         } else {
-            self.links.iter().find(|l| l.id >= info.id)
+            self.links.iter().find(|l| l.id() >= info.id)
         }
         .ok_or(ENOENT)?;
-        info.id = l.id;
+        info.id = l.id();
         info.prog_id = l.prog_id;
         info.kind = l.kind as u32;
         info.cnt = l.targets.len() as u32;
         info.next_id = self
             .links
             .iter()
-            .map(|o| o.id)
-            .find(|&i| i > l.id)
+            .map(|o| o.id())
+            .find(|&i| i > l.id())
             .unwrap_or(0);
         Ok(l)
     }

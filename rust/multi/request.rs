@@ -27,20 +27,19 @@ use crate::{
     multi_table, rkf_h,
 };
 
-/// One function of a link: 24 bytes, one of every function of every link.
+/// One function of a link: 16 bytes, one of every function of every link (its cookie is
+/// kept apart, by links that have cookies).
 #[derive(Clone, Copy)]
 pub(crate) struct Target {
     /// The ftrace site.
     pub(crate) site: u64,
-    /// Its cookie.
-    pub(crate) cookie: u64,
     /// How far the site is into the function.
     pub(crate) offset: u32,
     /// Its argument count.
     pub(crate) nr_args: u32,
 }
 
-const _: () = assert!(size_of::<Target>() == 24);
+const _: () = assert!(size_of::<Target>() == 16);
 
 impl Target {
     /// The function's address.
@@ -55,6 +54,8 @@ pub(crate) struct Checked {
     pub(crate) prog: Prog,
     /// The functions, sorted by site, each with its index in the request.
     pub(crate) targets: AreaVec<(Target, u32)>,
+    /// Their cookies, in the same order, or none where every cookie is 0.
+    pub(crate) cookies: AreaVec<u64>,
     /// The modules whose functions it names (other than rkf_multi).
     pub(crate) modules: AreaVec<ModuleRef>,
 }
@@ -87,17 +88,28 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
         let target = modules.target_btf(fd, prog_btf).ok_or(EINVAL)?;
         // SAFETY: `prog` holds the program's BTF, `modules` every module BTF object and
         // module, for as long as this loop runs.
-        let mut t = unsafe { check_target(target, i, ids[i], addrs[i], &prog) }?;
-        t.cookie = cookies.as_ref().map_or(0, |c| c[i]);
+        let t = unsafe { check_target(target, i, ids[i], addrs[i], &prog) }?;
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
     multi_table::sort_by_key(&mut targets, |(t, i)| (t.site, *i));
     if let Some(d) = rules::first_duplicate(&targets, |(t, _)| t.site) {
         return Err(Refusal::new(targets[d].1 as usize, Reason::Duplicate).into());
     }
+    // In the targets' order; none where every cookie is 0.
+    let cookies = match cookies.filter(|c| c.iter().any(|&k| k != 0)) {
+        Some(c) => {
+            let mut sorted = AreaVec::with_capacity(n, GFP_KERNEL)?;
+            for &(_, i) in targets.iter() {
+                sorted.push(c[i as usize], GFP_KERNEL)?;
+            }
+            sorted
+        }
+        None => AreaVec::new(),
+    };
     Ok(Checked {
         prog,
         targets,
+        cookies,
         modules: modules.into_modules()?,
     })
 }
@@ -261,7 +273,6 @@ unsafe fn check_target(
     }
     Ok(Target {
         site,
-        cookie: 0,
         offset: offset.into(),
         nr_args,
     })

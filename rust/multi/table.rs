@@ -93,7 +93,7 @@ impl Table {
                     Slot {
                         site: t.site,
                         kind: l.kind,
-                        seq: l.id,
+                        seq: l.id(),
                         idx: refs.len() as u32,
                     },
                     GFP_KERNEL,
@@ -110,10 +110,9 @@ impl Table {
             all.push(
                 rkf_h::rkf_multi_prog {
                     prog: l.prog.as_ptr(),
-                    cookie: l.targets[ti as usize].cookie,
+                    cookie: l.cookie(ti as usize),
                     stats: l.stats[ti as usize].get(),
-                    link: l.id,
-                    detached: l.detached.as_ptr(),
+                    link: l.state.as_ptr(),
                 },
                 GFP_KERNEL,
             )?;
@@ -396,11 +395,11 @@ fn trampolines(
                 GFP_KERNEL,
             )?;
         }
-        let mut detached = AreaVec::with_capacity(links.len(), GFP_KERNEL)?;
+        let mut states = AreaVec::with_capacity(links.len(), GFP_KERNEL)?;
         for l in links {
-            detached.push(&l.detached, GFP_KERNEL)?;
+            states.push(&l.state, GFP_KERNEL)?;
         }
-        match image::generate(gen.images, &code, &detached, &gen.mitigations) {
+        match image::generate(gen.images, &code, &states, &gen.mitigations) {
             Ok((image, addrs)) => {
                 for (&i, &image::Placed { addr, slots }) in fresh.iter().zip(addrs.iter()) {
                     funcs[i as usize].progs = slots;

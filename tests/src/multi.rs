@@ -416,7 +416,13 @@ fn fentry_args() -> Result<()> {
     let mut obj = MaybeUninit::uninit();
     let (mut skel, funcs) = setup(&mut obj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x1000 + i * 7).collect();
-    let link = attach(&skel.progs.multi_fentry, &funcs, Some(&cookies))?;
+    // Requested by descending address: rkf_multi sorts a request's functions by site,
+    // and each cookie must follow its function there.
+    let mut order: Vec<usize> = (0..funcs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(funcs[i].addr));
+    let req: Vec<_> = order.iter().map(|&i| funcs[i].clone()).collect();
+    let req_cookies: Vec<u64> = order.iter().map(|&i| cookies[i]).collect();
+    let link = attach(&skel.progs.multi_fentry, &req, Some(&req_cookies))?;
     diag!(
         "attached to {} functions in {:?}",
         funcs.len(),
@@ -445,6 +451,20 @@ fn fentry_args() -> Result<()> {
         "link info: one hit and no miss per function: {:?}",
         info.funcs
     );
+    for fi in &info.funcs {
+        let Some(i) = funcs.iter().position(|f| f.addr == fi.addr) else {
+            bail!(
+                "link info: {:#x} is none of the functions attached",
+                fi.addr
+            );
+        };
+        check_eq!(
+            fi.cookie,
+            cookies[i],
+            "link info of {}: cookie",
+            funcs[i].name
+        );
+    }
     drop(link);
     let bss = run_once(&mut skel)?;
     check!(

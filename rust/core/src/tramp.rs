@@ -660,7 +660,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
 
 /// Bytes of a program's slot (`struct rkf_multi_prog`, asserted by rkf_multi): shared
 /// code finds a function's program `k` at its first slot plus `k * SLOT`.
-pub const SLOT: u32 = 40;
+pub const SLOT: u32 = 32;
 
 /// Where shared code keeps the function's first slot: ctx[12], where a trampoline with
 /// an exit keeps the return value, which no program of a function without one reads
@@ -687,7 +687,7 @@ pub const STUB: usize = 16;
 /// mov rax, [rbp+8]; sub rax, 5+site_offset; mov [rbp-120], rax    ctx[-2]
 /// [movabs rax, &inflight; inc qword gs:[rax]]   counted
 /// for each program k:
-///     mov rdi, [rbp-8]; [add rdi, 40*k]; lea rsi, [rbp-104]
+///     mov rdi, [rbp-8]; [add rdi, 32*k]; lea rsi, [rbp-104]
 ///     [account]; call run                       run(slot, ctx)
 /// [movabs rax, &inflight; dec qword gs:[rax]]   counted
 /// mov <arg i>, [rbp-104+8*i] ...

@@ -351,7 +351,7 @@ fn expected_shared(s: &Shared) -> Vec<String> {
     for k in 0..s.nr_fentry {
         e.push(format!("mov rdi, {first}"));
         if k > 0 {
-            e.push(format!("add rdi, {:#x}", 40 * k));
+            e.push(format!("add rdi, {:#x}", 32 * k));
         }
         e.push(format!("lea rsi, {}", slot(0)));
         account(&mut e);
@@ -483,7 +483,7 @@ fn every_arg_count() {
     ];
     let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
     let sessions: Vec<u64> = (0..MAX_SESSIONS as u64)
-        .map(|k| 0xffff_8880_0789_0000 + 0x28 * k)
+        .map(|k| 0xffff_8880_0789_0000 + 0x20 * k)
         .collect();
     for m in cpus(0xffff_ffff_8200_0500) {
         for nr in 0..=12 {
@@ -729,8 +729,8 @@ fn shared_refusals() {
     );
     check_stub(at, 0xffff_8880_0123_4000, at + (1 << 30));
     check_stub(at, 0xffff_8880_0123_4000, at - (1 << 30));
-    // The slot is what rkf_multi's struct rkf_multi_prog is: five 8-byte fields.
-    assert_eq!(SLOT, 5 * 8);
+    // The slot is what rkf_multi's struct rkf_multi_prog is: four 8-byte fields.
+    assert_eq!(SLOT, 4 * 8);
     assert!(STUB.is_multiple_of(ALIGN));
 }
 
