@@ -266,7 +266,12 @@ struct rkf_multi_stats {
 };
 
 /**
- * struct rkf_multi_link_state - a link's id and detached flag, named by all its slots
+ * struct rkf_multi_link_state - a link's program, id and detached flag, named by all its
+ * slots
+ * @prog:     its program (the link holds the reference until it is freed): read only
+ *            by a run that saw @detached clear under RCU or RCU tasks trace, or that
+ *            took the slot from a published table under them, as the link is freed
+ *            only after their grace periods
  * @id:       its id, which no other published link has (an id is taken for good once its
  *            attach succeeds): what a session's exit run finds the cookie of its entry
  *            run by
@@ -279,28 +284,28 @@ struct rkf_multi_stats {
  * name it.
  */
 struct rkf_multi_link_state {
+	struct bpf_prog *prog;
 	u64 id;
 	bool detached;
 };
 
 /**
  * struct rkf_multi_prog - one program on one function
- * @prog:   the program (the link holds the reference)
+ * @link:   its link's program, id and detached flag, which every slot of the link names
  * @cookie: its cookie on this function
  * @stats:  its counters on this function (the link owns them)
- * @link:   its link's id and detached flag, which every slot of the link names
  *
- * RKF_MULTI_SLOT_SIZE bytes: the code functions without an exit share finds a function's
- * program k at its first slot plus k times that.
+ * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function: the code functions
+ * without an exit share finds a function's program k at its first slot plus k times
+ * that.
  */
 struct rkf_multi_prog {
-	struct bpf_prog *prog;
+	const struct rkf_multi_link_state *link;
 	u64 cookie;
 	struct rkf_multi_stats *stats;
-	const struct rkf_multi_link_state *link;
 };
 
-#define RKF_MULTI_SLOT_SIZE	32
+#define RKF_MULTI_SLOT_SIZE	24
 
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it
@@ -344,7 +349,9 @@ struct rkf_multi_func {
  * @bits:     log2 of the buckets of @index
  * @index:    open addressing by @ret_ip, linear probing from hash_64(ret_ip, @bits): a
  *            bucket holds the position in @funcs plus one, or 0
- *            (rkf_core::multi::build_index())
+ *            (rkf_core::multi::build_index()); it holds only the functions that take the
+ *            shared trampoline, and the trampoline finds the others by a binary search
+ *            of @funcs
  * @funcs:    sorted by @ret_ip
  */
 struct rkf_multi_table {

@@ -135,9 +135,34 @@ static atomic_long_t rkf_multi_frames = ATOMIC_LONG_INIT(0);
 static bool rkf_multi_unloading;
 
 /*
+ * The binary search of rkf_core::multi::lookup(): @t's function at @ret_ip, or NULL.  Out
+ * of line: only a function the index has not got comes here (rkf_multi_lookup()).
+ */
+static noinline notrace __no_stack_protector const struct rkf_multi_func *
+rkf_multi_search(const struct rkf_multi_table *t, unsigned long ret_ip)
+{
+	u32 lo = 0, hi = t->nr_funcs, mid;
+
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (t->funcs[mid].ret_ip < ret_ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < t->nr_funcs && t->funcs[lo].ret_ip == ret_ip ? &t->funcs[lo] : NULL;
+}
+
+/*
  * rkf_core::multi::lookup(), which the host tests check against a linear search.  The
- * index always has an empty bucket (rkf_core::multi::index_bits()); the probes are
- * bounded all the same.
+ * index holds the functions that take the shared trampoline in @t (rust/multi/table.rs);
+ * the others are found by a binary search of @t's functions.  A function with a
+ * generated trampoline comes here only while its site moves between trampolines, or on
+ * the way out of a call that entered the shared trampoline before its site moved; a
+ * function of no table (a site hooked before its table is published, or not unhooked yet
+ * after a detach published the table without it, or left hooked by an undo that failed)
+ * is searched for and not found.  The index always has an empty bucket
+ * (rkf_core::multi::index_bits()); the probes are bounded all the same.
  */
 static __always_inline const struct rkf_multi_func *
 rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long ret_ip)
@@ -151,11 +176,11 @@ rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long ret_ip)
 	for (n = 0; n <= mask; n++, b = (b + 1) & mask) {
 		pos = t->index[b];
 		if (!pos)
-			return NULL;
+			break;
 		if (t->funcs[pos - 1].ret_ip == ret_ip)
 			return &t->funcs[pos - 1];
 	}
-	return NULL;
+	return rkf_multi_search(t, ret_ip);
 }
 
 /* The index is built in Rust with the 64-bit generic hash_64(). */
@@ -241,8 +266,10 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
 
 /*
  * __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c, or
- * their _sleepable_ forms: the caller holds rkf_multi_run_lock(), or RCU tasks trace.
- * A run the recursion guard skips counts in the link's misses on the function and in the
+ * their _sleepable_ forms, for the program @prog of slot @p (its link's, which the
+ * caller read once it saw the link's flag clear, or took the slot from the published
+ * table): the caller holds rkf_multi_run_lock(), or RCU tasks trace.  A run the
+ * recursion guard skips counts in the link's misses on the function and in the
  * program's statistics.
  *
  * What the trampolines call to run programs is notrace and __no_stack_protector: never
@@ -252,10 +279,10 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
  * with no canary either.  On a kernel with CONFIG_STACKPROTECTOR_STRONG (Debian's) a
  * canary costs six instructions a run.
  */
-static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, u64 *ctx)
+static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, struct bpf_prog *prog,
+					  u64 *ctx)
 {
 	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->cookie };
-	struct bpf_prog *prog = p->prog;
 
 	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
 	if (likely(bpf_prog_get_recursion_context(prog))) {
@@ -292,15 +319,19 @@ static __always_inline void rkf_multi_frame_done(void)
 static notrace __no_stack_protector void
 rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 {
-	if (unlikely(READ_ONCE(p->link->detached)))
+	const struct rkf_multi_link_state *link = p->link;
+	struct bpf_prog *prog;
+
+	if (unlikely(READ_ONCE(link->detached)))
 		return;
-	if (p->prog->sleepable) {
+	prog = link->prog;
+	if (prog->sleepable) {
 		migrate_disable();
-		rkf_multi_run(p, ctx);
+		rkf_multi_run(p, prog, ctx);
 		migrate_enable();
 	} else {
 		rkf_multi_run_lock();
-		rkf_multi_run(p, ctx);
+		rkf_multi_run(p, prog, ctx);
 		rkf_multi_run_unlock();
 	}
 }
@@ -343,7 +374,7 @@ static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u6
 	if (any)
 		rkf_multi_run_any(p, ctx);
 	else
-		rkf_multi_run(p, ctx);
+		rkf_multi_run(p, p->link->prog, ctx);
 }
 
 /*
@@ -387,8 +418,10 @@ rkf_multi_sessions_exit(const struct rkf_multi_func *f, const struct rkf_multi_p
 	u32 i, k, entered = min_t(u64, RKF_MULTI_NR_SESSIONS(ctx), RKF_MULTI_MAX_SESSIONS);
 
 	for (i = 0; i < f->nr_session; i++) {
+		u64 id = s[i].link->id;
+
 		for (k = 0; k < entered; k++)
-			if (RKF_MULTI_SESSION_LINK(ctx, k) == s[i].link->id)
+			if (RKF_MULTI_SESSION_LINK(ctx, k) == id)
 				break;
 		if (k == entered)
 			continue;
@@ -572,8 +605,8 @@ notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long
 /**
  * rkf_multi_run_prog() - run one program of a function, on entry or on exit, for a
  * generated trampoline
- * @p:   the program, its cookie, counters and link's id and flag: a slot of the trampoline's
- *       image
+ * @p:   the program's slot in the trampoline's image: its link (program, id and flag),
+ *       cookie and counters
  * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry(), with the return value
  *       on exit
  *
@@ -582,26 +615,29 @@ notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long
  * detached since the image was made runs no more.  On exit, the call may have slept
  * inside the traced function for any time, and on entry a task may have been preempted
  * in the image's code while its function moved to another trampoline: the link's program
- * and counters may be gone, its flag is not, as the image keeps it.  On entry, the image may run on
- * sites that an attach that failed could not unhook (rust/multi/registry.rs), with slots
- * of a link that is not attached (its program kept, leaked with the image).  The flag
- * is read under RCU: a link is marked detached before the table without it is
- * published, and freed only after an RCU grace period after that, so a run that saw it
- * attached ends before its program and counters go.
+ * and counters may be gone, its state (struct rkf_multi_link_state, which names the
+ * program) is not, as the image keeps it.  On entry, the image may run on sites that an
+ * attach that failed could not unhook (rust/multi/registry.rs), with slots of a link
+ * that is not attached (its program kept, leaked with the image).  The flag is read
+ * under RCU: a link is marked detached before the table without it is published, and
+ * freed only after an RCU grace period after that, so a run that saw it attached ends
+ * before its program and counters go.
  */
 notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog *p, u64 *ctx)
 {
+	const struct rkf_multi_link_state *link = p->link;
+
 	rkf_multi_run_lock();
-	if (likely(!READ_ONCE(p->link->detached)))
-		rkf_multi_run(p, ctx);
+	if (likely(!READ_ONCE(link->detached)))
+		rkf_multi_run(p, link->prog, ctx);
 	rkf_multi_run_unlock();
 }
 
 /**
  * rkf_multi_run_sleepable_slot() - run one program of a function with sleepable programs,
  * on entry or on exit, for a generated trampoline
- * @p:   the program, its cookie, counters and link's id and flag: a slot of the trampoline's
- *       image
+ * @p:   the program's slot in the trampoline's image: its link (program, id and flag),
+ *       cookie and counters
  * @ctx: the trampoline's frame
  *
  * The trampoline counts the call in flight, from entry to return or, without an exit,

@@ -6,6 +6,7 @@
 use core::ptr;
 
 use kernel::{
+    bindings,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed, Release},
@@ -24,11 +25,21 @@ use crate::{
     rkf_h,
 };
 
-/// A link's id and detached flag (`struct rkf_multi_link_state`), which every slot of its
-/// programs names.  Every image that has slots of the link keeps it for as long as the
+/// A link's program, id and detached flag (`struct rkf_multi_link_state`), which every
+/// slot of it names.  Every image that has slots of the link keeps it for as long as the
 /// image lives, as a run reads the flag however long after the link went.
+///
+/// # Invariants
+///
+/// `prog` is the link's program, which the link keeps (its [`ProgRef`]) until the link is
+/// freed, after the grace periods that follow its detach (or failed attach).  Only the C
+/// run path reads it, and only while the link is there: after seeing `detached` clear,
+/// under RCU or RCU tasks trace, or from a slot of a published table, read under RCU (or
+/// RCU tasks trace), whose links are freed only after those grace periods.
 #[repr(C)]
 pub(crate) struct LinkState {
+    /// The program.
+    prog: *mut bindings::bpf_prog,
     /// The link's id: ids start at 1 and grow, so older links have smaller ones.
     id: u64,
     /// Set once the link is detached (or its attach failed): every run of a generated
@@ -38,14 +49,24 @@ pub(crate) struct LinkState {
 }
 
 // The C side reads it as `struct rkf_multi_link_state`.
-crate::abi_check::assert_same_layout!(LinkState, rkf_h::rkf_multi_link_state, id, detached);
+crate::abi_check::assert_same_layout!(LinkState, rkf_h::rkf_multi_link_state, prog, id, detached);
 const _: () = assert!(size_of::<Atomic<bool>>() == size_of::<bool>());
 
+// SAFETY: the state owns nothing (the link holds the program's reference) and has no
+// `Drop`; Rust never dereferences `prog` (the C run path reads it, by the type
+// invariant); `detached` is atomic and `id` does not change.
+unsafe impl Send for LinkState {}
+// SAFETY: as for `Send`: shared references only read `id` and the pointer's value, and
+// access `detached` atomically.
+unsafe impl Sync for LinkState {}
+
 impl LinkState {
-    /// The state of a new link `id`: not detached.
-    pub(crate) fn new(id: u64) -> Result<Arc<Self>> {
+    /// The state of a new link `id` of the program `prog`: not detached.
+    pub(crate) fn new(id: u64, prog: &ProgRef) -> Result<Arc<Self>> {
         Ok(Arc::new(
             Self {
+                // INVARIANT: the link made with this state keeps `prog`.
+                prog: prog.as_ptr(),
                 id,
                 detached: Atomic::new(false),
             },
@@ -88,7 +109,7 @@ pub(crate) struct Link {
     pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: AreaVec<ModuleRef>,
-    /// Its id and detached flag, which its slots name.
+    /// Its program, id and detached flag, which its slots name.
     pub(crate) state: Arc<LinkState>,
     /// Set, for good, by the first table built (published or not) with one of its
     /// functions having a sleepable program: a task may then have slept in that program

@@ -147,6 +147,7 @@ impl Registry {
             targets.push(*t, GFP_KERNEL)?;
         }
         let id = self.next_id;
+        let state = LinkState::new(id, &c.prog.prog)?;
         self.links.push(
             Link {
                 prog: c.prog.prog,
@@ -157,7 +158,7 @@ impl Registry {
                 cookies: c.cookies,
                 stats: Link::new_stats(n)?,
                 modules: c.modules,
-                state: LinkState::new(id)?,
+                state,
                 beside_sleepable: Atomic::new(false),
             },
             GFP_KERNEL,

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The table the trampolines read: every traced function with its programs in run order,
-//! the hash index the shared trampoline finds a function by, and each function's
-//! trampoline.  A table is built whole from the links and replaces the published one
-//! under RCU.
+//! the hash index the shared trampoline finds the functions it serves by, and each
+//! function's trampoline.  A table is built whole from the links and replaces the
+//! published one under RCU.
 
 use core::{ptr, slice};
 
@@ -49,7 +49,8 @@ pub(crate) struct Generation {
 /// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
 /// its programs, in order; one that takes the shared trampoline, into `_progs`.  An
 /// image's slots are the programs the table would hold, so a function's programs are
-/// kept once, not twice.
+/// kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
+/// shared one).
 pub(crate) struct Table {
     raw: KBox<rkf_h::rkf_multi_table>,
     _index: AreaVec<u32>,
@@ -109,10 +110,9 @@ impl Table {
             let l = &links[li as usize];
             all.push(
                 rkf_h::rkf_multi_prog {
-                    prog: l.prog.as_ptr(),
+                    link: l.state.as_ptr(),
                     cookie: l.cookie(ti as usize),
                     stats: l.stats[ti as usize].get(),
-                    link: l.state.as_ptr(),
                 },
                 GFP_KERNEL,
             )?;
@@ -165,25 +165,34 @@ impl Table {
             )?;
             firsts.push(start as u32, GFP_KERNEL)?;
         }
-        let bits = rules::index_bits(nr_funcs);
-        let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
-        rules::build_index(funcs.iter().map(|f| f.ret_ip as u64), &mut index, bits);
         let new = New {
             all: &all,
             firsts: &firsts,
         };
         // Points every function with a generated trampoline to its slots.
         let (tramps, images) = trampolines(gen, old, links, &mut funcs, new)?;
-        // The others take the shared trampoline, and their programs stay in the table.
-        let nr_shared = funcs
-            .iter()
-            .filter(|f| f.progs.is_null())
-            .map(|f| usize::from(f.nr_progs))
+        // The others take the shared trampoline, which finds them through the index (and
+        // the rest, while their sites move, by a binary search): their programs stay in
+        // the table.
+        let shared = |i: usize| tramps[i] == 0;
+        let bits = rules::index_bits((0..nr_funcs).filter(|&i| shared(i)).count());
+        let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
+        rules::build_index(
+            funcs
+                .iter()
+                .enumerate()
+                .map(|(i, f)| shared(i).then_some(f.ret_ip as u64)),
+            &mut index,
+            bits,
+        );
+        let nr_shared = (0..nr_funcs)
+            .filter(|&i| shared(i))
+            .map(|i| usize::from(funcs[i].nr_progs))
             .sum();
         // Filled within its capacity, so never moved: its elements stay put.
         let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_shared, GFP_KERNEL)?;
         for (i, f) in funcs.iter_mut().enumerate() {
-            if f.progs.is_null() {
+            if shared(i) {
                 f.progs = progs.as_ptr().wrapping_add(progs.len());
                 for p in new.progs(i, f) {
                     progs
@@ -203,7 +212,8 @@ impl Table {
         )?;
         let sleepable = funcs.iter().any(|f| f.sleepable != 0);
         // INVARIANT: trampolines() gave the trampolines in `images`, and pointed their
-        // functions to their slots; the others point into `progs`.
+        // functions to their slots; the others point into `progs`, and are those `index`
+        // holds.
         Ok(Some(Table {
             raw,
             _index: index,
@@ -260,7 +270,7 @@ impl Table {
             && o.nr_session == f.nr_session
             && old.len() == progs.len()
             && old.iter().zip(progs).all(|(a, b)| {
-                a.prog == b.prog && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
+                ptr::eq(a.link, b.link) && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
             });
         let addr = self.tramps[i];
         if !same || addr == 0 {

@@ -2,7 +2,8 @@
 
 //! The table of traced functions: in which order the programs of overlapping links run
 //! on one function, which ftrace updates a link operation makes, and the hash index the
-//! trampoline finds a function by.
+//! shared trampoline finds the functions it serves by (the others by a binary search,
+//! [`lookup()`](super::lookup)).
 //!
 //! Built into rkf_multi (rust/multi/table.rs builds the table with it) and tested on the
 //! host against models.  Nothing here allocates, so the kernel calls it on its own
@@ -206,12 +207,16 @@ pub fn index_bits(n: usize) -> u32 {
     bits
 }
 
-/// Builds the open-addressing index of `keys` (distinct): `index` has `1 << bits`
-/// buckets, zeroed by the caller; a bucket holds the position of a key plus one, or 0.
-/// Linear probing from [`bucket()`].  `keys.len()` must be below the bucket count.
-pub fn build_index(keys: impl Iterator<Item = u64>, index: &mut [u32], bits: u32) {
+/// Builds the open-addressing index of `keys` (distinct), the key at each position or
+/// `None` where that position is left out: `index` has `1 << bits` buckets, zeroed by the
+/// caller; a bucket holds the position of a key plus one, or 0.  Linear probing from
+/// [`bucket()`].  The keys indexed must be fewer than the buckets.
+pub fn build_index(keys: impl Iterator<Item = Option<u64>>, index: &mut [u32], bits: u32) {
     let mask = (1usize << bits) - 1;
     for (pos, key) in keys.enumerate() {
+        let Some(key) = key else {
+            continue;
+        };
         let mut b = bucket(key, bits);
         while index[b] != 0 {
             b = (b + 1) & mask;
