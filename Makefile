@@ -133,9 +133,11 @@ define vm-test-boot
 		tests/guest-selftests.sh $(3)
 endef
 TEST_LEFT_OUT := multi_attach_everything_fentry_fexit
-# The allocation-failure sweep, the longest test of the test kernel's suite (about a
-# third of its run): make check runs it in a boot of its own, in the other lane.
-FAULTS := multi_attach_detach_allocation_failures
+# The tests that need the kernel's fault injection, which only the test kernel has: the
+# allocation-failure sweep, the longest test of its suite (about a third of its run),
+# and a generation failed on purpose.  make check runs them in a boot of their own, in
+# the other lane.
+FAULTS := multi_attach_detach_allocation_failures,multi_shared_exit_after_move_to_generated
 LANE_TEST_LEFT_OUT := $(TEST_LEFT_OUT),$(FAULTS)
 vm-test: selftests-package-test
 	$(call vm-test-boot,3600,vm-test,-x $(TEST_LEFT_OUT))

@@ -74,6 +74,10 @@ pub const TESTS: &[Test] = &[
         name: "multi_sleepable_image_kept_by_its_count",
         run: asleep::image_kept_by_its_count,
     },
+    Test {
+        name: "multi_shared_exit_after_move_to_generated",
+        run: asleep::shared_exit_after_move,
+    },
 ];
 
 /// Which trampoline the call in flight went through.

@@ -12,7 +12,7 @@
 //! call away, so it never runs on this kernel.)
 
 mod everything;
-mod faults;
+pub(crate) mod faults;
 mod limits;
 mod recursion;
 mod run_path;
@@ -1631,6 +1631,14 @@ impl Tramp {
         generated.context("through generated trampolines")?;
         shared.context("through the shared trampoline (generate=0)")
     }
+
+    /// Whether `caller`, a site's direct caller by symbol, is a trampoline of this kind.
+    pub(crate) fn is(self, caller: &str) -> bool {
+        match self {
+            Tramp::Generated => caller.starts_with("rkf_multi_image_"),
+            Tramp::Shared => caller == "rkf_multi_tramp",
+        }
+    }
 }
 
 /// The direct callers of `funcs`: the trampoline each one's site calls, if any.
@@ -1650,12 +1658,8 @@ pub(crate) fn check_tramps(funcs: &[Func], t: Tramp, what: &str) -> Result<()> {
             .get(&f.qualified_name())
             .map(String::as_str)
             .unwrap_or("none");
-        let ok = match t {
-            Tramp::Generated => c.starts_with("rkf_multi_image_"),
-            Tramp::Shared => c == "rkf_multi_tramp",
-        };
         check!(
-            ok,
+            t.is(c),
             "{what}: {} called through {c}, not the {t:?} trampoline",
             f.name
         );

@@ -696,3 +696,66 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     );
     Ok(())
 }
+
+/// A call in flight on the shared trampoline whose function moves to a generated one: on
+/// the way out, the shared trampoline looks the function up in the table published then,
+/// whose hash index holds only the functions that take the shared trampoline, none here,
+/// and must find it by the binary search of the table (c-shim rkf_multi_lookup()), or the
+/// fexit program, attached all along, would miss the call.
+///
+/// Needs the kernel's fault injection (the test kernel): the sleepable program's link is
+/// attached on `getpgid(2)` first, through a generated trampoline; then the fexit
+/// program's with one slab allocation after another failing until its attach gets over a
+/// failure by leaving the function on the shared trampoline, its generation failed
+/// (checked). The call goes to sleep in the sleepable program, through the shared
+/// trampoline (checked on its stack). A plain fentry program is attached meanwhile, whose
+/// attach generates the function's trampoline (checked: the site calls it). Woken, the
+/// call ends its entry runs from the table it entered with (the late fentry does not run
+/// on it), returns what `getpgid(2)` returns, and its fexit program runs once and sees
+/// that value.
+pub(super) fn shared_exit_after_move() -> Result<()> {
+    rkf::modules::require("rkf_testmod")?;
+    let funcs = target()?;
+    // SAFETY: getpgid(2) has no memory arguments.
+    let pgid = unsafe { libc::getpgid(0) };
+    check!(pgid > 0, "getpgid(0): {pgid}");
+    step(0)?;
+    let wake = Wake;
+    let caller = Caller::spawn()?;
+    let mut obj = MaybeUninit::uninit();
+    let (skel, map) = load_for(&mut obj, &caller)?;
+    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let sleeper = attach(&skel.progs.asleep_fentry)?;
+    check_tramps(&funcs, Tramp::Generated, "fentry.s")?;
+    let fexit =
+        crate::multi::faults::attach_with_generation_failed(&skel.progs.asleep_fexit, &funcs)
+            .context("the fexit link, its generation failing")?;
+    caller.call_and_wait_asleep(Tramp::Shared)?;
+    let late = attach(&skel.progs.late_fentry)?;
+    check_tramps(
+        &funcs,
+        Tramp::Generated,
+        "fentry.s, fexit and fentry, the last attached with the call asleep",
+    )?;
+    step(1)?;
+    let bss = caller.returned(pgid, &map)?;
+    check_eq!(
+        (bss.asleep, bss.woke, bss.wait_err),
+        (1, 1, 0),
+        "the sleepable program's run: asleep, woken, the wait's error"
+    );
+    check_eq!(
+        bss.late_runs,
+        0,
+        "runs of the fentry attached after the call entered"
+    );
+    check_eq!(
+        (bss.fexit_runs, bss.fexit_ret),
+        (1, pgid as u64),
+        "the fexit program's runs on the way out through the shared trampoline, and the \
+         return value it saw"
+    );
+    drop((late, fexit, sleeper));
+    drop(wake);
+    Ok(())
+}

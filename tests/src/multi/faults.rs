@@ -26,11 +26,14 @@ use std::{
     collections::HashMap,
     fs::{File, OpenOptions},
     mem::MaybeUninit,
-    os::unix::fs::FileExt,
+    os::{
+        fd::{AsFd, AsRawFd},
+        unix::fs::FileExt,
+    },
     path::PathBuf,
 };
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::{callers, check_tramps, Held, Tramp, MULTI};
 use crate::{check, check_eq, diag};
@@ -174,6 +177,57 @@ impl Drop for FailNth {
             diag!("fail-nth not disarmed: {e}");
         }
     }
+}
+
+/// Attaches `prog` to `funcs` (vmlinux functions) with one slab allocation after another
+/// failing, the first, the second, ..., until an attach gets over its failure with every
+/// one of `funcs` on the shared trampoline, its generation having failed: returns the
+/// file that holds that link.  An attach that fails must fail with `ENOMEM`; one that
+/// left a function on a generated trampoline is detached, and the next allocation
+/// tried.  An attach with no failure injected fails the test: none of its allocations
+/// made the generation fail.
+pub(crate) fn attach_with_generation_failed(prog: &impl AsFd, funcs: &[Func]) -> Result<File> {
+    let _knobs = Failslab::set()?;
+    let nth = FailNth::open()?;
+    let ids: Vec<u32> = funcs.iter().map(|f| f.btf_id).collect();
+    let addrs: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+    for n in 1..=MAX_NTH {
+        let file = device()?;
+        let mut req = AttachRequest {
+            prog_fd: prog.as_fd().as_raw_fd() as u32,
+            cnt: ids.len() as u32,
+            btf_ids: ids.as_ptr() as u64,
+            addrs: addrs.as_ptr() as u64,
+            ..AttachRequest::default()
+        };
+        nth.arm(n)?;
+        let r = attach_request(&file, &mut req);
+        let fired = nth.disarm()?;
+        match r {
+            Err(e) => check_eq!(
+                (e.raw_os_error(), fired),
+                (Some(libc::ENOMEM), true),
+                "attach with allocation {n} failing: errno, and whether the failure was \
+                 injected ({e})"
+            ),
+            Ok(()) => {
+                check!(
+                    fired,
+                    "none of the attach's {} allocations left its functions on the shared \
+                     trampoline",
+                    n - 1
+                );
+                let on = callers(funcs)?;
+                if on
+                    .iter()
+                    .all(|c| c.as_deref().is_some_and(|c| Tramp::Shared.is(c)))
+                {
+                    return Ok(file);
+                }
+            }
+        }
+    }
+    bail!("attach: still failing at allocation {MAX_NTH}")
 }
 
 /// A new file of rkf_multi's device, for one link.
