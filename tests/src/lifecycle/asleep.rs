@@ -58,6 +58,15 @@ fn step(n: u32) -> Result<()> {
 /// hold up the unload of rkf_multi, and the runner's exit, for two minutes.
 struct Wake;
 
+impl Wake {
+    /// Sets `step` to 0, so that the programs sleep until the test moves it on, and
+    /// returns the guard that wakes them all.
+    fn from_step_0() -> Result<Self> {
+        step(0)?;
+        Ok(Self)
+    }
+}
+
 impl Drop for Wake {
     fn drop(&mut self) {
         let _ = step(u32::MAX);
@@ -272,6 +281,15 @@ impl Drop for Reload {
     }
 }
 
+/// What getpgid(2) returns to the calls of this process, which the calls of the tests
+/// must return too.
+fn own_pgid() -> Result<i32> {
+    // SAFETY: getpgid(2) has no memory arguments.
+    let pgid = unsafe { libc::getpgid(0) };
+    check!(pgid > 0, "getpgid(0): {pgid}");
+    Ok(pgid)
+}
+
 /// `__x64_sys_getpgid`, resolved.
 fn target() -> Result<Vec<Func>> {
     let r = multi::resolve(&["__x64_sys_getpgid"])?;
@@ -313,11 +331,8 @@ pub(super) fn sleepable_program_asleep() -> Result<()> {
 /// One pass through trampolines of kind `tramp`, with the fexit program if `fexit`.
 fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     let funcs = target()?;
-    // SAFETY: getpgid(2) has no memory arguments.
-    let pgid = unsafe { libc::getpgid(0) };
-    check!(pgid > 0, "getpgid(0): {pgid}");
-    step(0)?;
-    let wake = Wake;
+    let pgid = own_pgid()?;
+    let wake = Wake::from_step_0()?;
 
     // 1. Detached while asleep.
     let caller = Caller::spawn()?;
@@ -527,12 +542,9 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     let funcs = target()?;
     let func = funcs[0].qualified_name();
-    // SAFETY: getpgid(2) has no memory arguments.
-    let pgid = unsafe { libc::getpgid(0) };
-    check!(pgid > 0, "getpgid(0): {pgid}");
+    let pgid = own_pgid()?;
     let (cpu_in, cpu_out) = two_cpus()?;
-    step(0)?;
-    let wake = Wake;
+    let wake = Wake::from_step_0()?;
 
     let caller = Caller::spawn()?;
     pin(caller.tid, cpu_in)?;
@@ -716,11 +728,8 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
 pub(super) fn shared_exit_after_move() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
     let funcs = target()?;
-    // SAFETY: getpgid(2) has no memory arguments.
-    let pgid = unsafe { libc::getpgid(0) };
-    check!(pgid > 0, "getpgid(0): {pgid}");
-    step(0)?;
-    let wake = Wake;
+    let pgid = own_pgid()?;
+    let wake = Wake::from_step_0()?;
     let caller = Caller::spawn()?;
     let mut obj = MaybeUninit::uninit();
     let (skel, map) = load_for(&mut obj, &caller)?;
