@@ -142,8 +142,8 @@ LANE_TEST_LEFT_OUT := $(TEST_LEFT_OUT),$(FAULTS)
 vm-test: selftests-package-test
 	$(call vm-test-boot,3600,vm-test,-x $(TEST_LEFT_OUT))
 
-# Every test but the allocation failures, which need the kernel's fault injection:
-# Debian's config has CONFIG_FAULT_INJECTION off, the test kernel has it (test.config).
+# Every test but those of FAULTS, which need the kernel's fault injection: Debian's
+# config has CONFIG_FAULT_INJECTION off, the test kernel has it (test.config).
 define vm-test-distro-boot
 	RKF_VM_TIMEOUT=$${RKF_VM_TIMEOUT:-2400} scripts/vm.sh distro --out build/vm/vm-test-distro -- \
 		tests/guest-selftests.sh -x $(FAULTS)
@@ -154,7 +154,7 @@ vm-test-distro: selftests-package-distro
 # rkf_multi's selftests on the distro kernel under cpu models that make it turn on a
 # return-thunk mitigation (AMD Zen 2: retbleed's untrained return thunk) and call depth
 # tracking (Skylake, retbleed=stuff); guest-mitigations.sh fails if the kernel did not.
-# Left out there: the allocation failures (no fault injection in Debian's config) and,
+# Left out there: the tests of FAULTS (no fault injection in Debian's config) and,
 # for CI's time, the ioctl fuzz, whose bad requests the same kernel refuses the same way
 # under any cpu (it runs on the test and distro kernels), and, in the return-thunk boot,
 # attaching to everything (316 s): its trampolines differ from

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A sleepable program asleep inside a traced call: its link detached meanwhile, and
-//! rkf_multi unloaded meanwhile; and a generated trampoline's image retired while a call
-//! sleeps in it ([`image_kept_by_its_count()`]).
+//! rkf_multi unloaded meanwhile; a generated trampoline's image retired while a call
+//! sleeps in it ([`image_kept_by_its_count()`]); and a call asleep on the shared
+//! trampoline while its function moves to a generated one ([`shared_exit_after_move()`]).
 //!
 //! The program (tests/progs/multi_asleep.bpf.c) sleeps in rkf_testmod's
 //! `bpf_rkf_testmod_wait_step(1)` on one task's `getpgid(2)` until the test sets
@@ -33,7 +34,7 @@ use super::{
 use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
-    multi::{check_tramps, Tramp},
+    multi::{check_tramps, Held, Tramp},
     skel::{
         multi_asleep::{types::bss, MultiAsleepSkel, MultiAsleepSkelBuilder},
         multi_filler::{types::bss as filler_bss, MultiFillerSkelBuilder},
@@ -712,37 +713,70 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
 /// A call in flight on the shared trampoline whose function moves to a generated one: on
 /// the way out, the shared trampoline looks the function up in the table published then,
 /// whose hash index holds only the functions that take the shared trampoline, none here,
-/// and must find it by the binary search of the table (c-shim rkf_multi_lookup()), or the
-/// fexit program, attached all along, would miss the call.
+/// and must find it by the binary search of the table (c-shim rkf_multi_search(), from
+/// rkf_multi_lookup()), or the fexit program, attached all along, would miss the call.
 ///
 /// Needs the kernel's fault injection (the test kernel): the sleepable program's link is
 /// attached on `getpgid(2)` first, through a generated trampoline; then the fexit
 /// program's with one slab allocation after another failing until its attach gets over a
 /// failure by leaving the function on the shared trampoline, its generation failed
 /// (checked). The call goes to sleep in the sleepable program, through the shared
-/// trampoline (checked on its stack). A plain fentry program is attached meanwhile, whose
-/// attach generates the function's trampoline (checked: the site calls it). Woken, the
-/// call ends its entry runs from the table it entered with (the late fentry does not run
-/// on it), returns what `getpgid(2)` returns, and its fexit program runs once and sees
-/// that value.
+/// trampoline (checked on its stack). A plain fentry program is attached meanwhile, on the
+/// function and on [`NEIGHBOURS`], the wrappers of eight other syscalls, some below its
+/// address and some above it (checked), whose attach generates every one's trampoline
+/// (checked: their sites call them), so that the search has nine functions to narrow
+/// down. Woken, the call ends its entry runs from the table it entered with (the late
+/// fentry does not run on it), returns what `getpgid(2)` returns, and its fexit program
+/// runs once and sees that value. rkf_multi's module references are what they were after.
 pub(super) fn shared_exit_after_move() -> Result<()> {
     rkf::modules::require("rkf_testmod")?;
+    Held::given_back(&[MULTI], shared_exit_after_move_once)
+}
+
+/// Syscall wrappers beside `__x64_sys_getpgid` in kernel/sys.c, which the caller does not
+/// call; all with arguments (`__x64_sys_getppid`, of `SYSCALL_DEFINE0`, has no function
+/// in the test kernel's BTF).
+const NEIGHBOURS: [&str; 8] = [
+    "__x64_sys_setpriority",
+    "__x64_sys_getpriority",
+    "__x64_sys_getresuid",
+    "__x64_sys_setpgid",
+    "__x64_sys_getsid",
+    "__x64_sys_getrlimit",
+    "__x64_sys_getrusage",
+    "__x64_sys_umask",
+];
+
+fn shared_exit_after_move_once() -> Result<()> {
     let funcs = target()?;
+    let neighbours = multi::resolve(&NEIGHBOURS)?.funcs;
+    check_eq!(
+        neighbours.len(),
+        NEIGHBOURS.len(),
+        "{NEIGHBOURS:?} resolved"
+    );
+    let at = funcs[0].addr;
+    check!(
+        neighbours.iter().any(|f| f.addr < at) && neighbours.iter().any(|f| f.addr > at),
+        "{NEIGHBOURS:?} are not on both sides of __x64_sys_getpgid"
+    );
+    let around: Vec<Func> = funcs.iter().chain(&neighbours).cloned().collect();
     let pgid = own_pgid()?;
     let wake = Wake::from_step_0()?;
     let caller = Caller::spawn()?;
     let mut obj = MaybeUninit::uninit();
     let (skel, map) = load_for(&mut obj, &caller)?;
-    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
-    let sleeper = attach(&skel.progs.asleep_fentry)?;
+    let attach =
+        |prog, funcs: &[Func]| Link::attach(prog, funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let sleeper = attach(&skel.progs.asleep_fentry, &funcs)?;
     check_tramps(&funcs, Tramp::Generated, "fentry.s")?;
     let fexit =
         crate::multi::faults::attach_with_generation_failed(&skel.progs.asleep_fexit, &funcs)
             .context("the fexit link, its generation failing")?;
     caller.call_and_wait_asleep(Tramp::Shared)?;
-    let late = attach(&skel.progs.late_fentry)?;
+    let late = attach(&skel.progs.late_fentry, &around)?;
     check_tramps(
-        &funcs,
+        &around,
         Tramp::Generated,
         "fentry.s, fexit and fentry, the last attached with the call asleep",
     )?;

@@ -32,7 +32,7 @@ const STORM_FENTRY_S: usize = 0;
 const STORM_PLAIN: usize = 2;
 
 /// Link B's functions, as its request sends them: the arrays the request points into.
-struct Request {
+pub(super) struct Request {
     ids: Vec<u32>,
     addrs: Vec<u64>,
     /// One BTF object fd per function (0: vmlinux), or empty: every one in vmlinux.
@@ -40,7 +40,7 @@ struct Request {
 }
 
 impl Request {
-    fn new(funcs: &[Func], module_btf: Option<&OwnedFd>) -> Self {
+    pub(super) fn new(funcs: &[Func], module_btf: Option<&OwnedFd>) -> Self {
         let btf_fds = match module_btf {
             Some(fd) => funcs
                 .iter()
@@ -55,7 +55,7 @@ impl Request {
         }
     }
 
-    fn of(&self, prog: &impl AsFd) -> AttachRequest {
+    pub(super) fn of(&self, prog: &impl AsFd) -> AttachRequest {
         AttachRequest {
             prog_fd: prog.as_fd().as_raw_fd() as u32,
             cnt: self.ids.len() as u32,
