@@ -51,11 +51,11 @@ struct ImageData {
     /// trace, from a table that holds the image.
     slots: AreaVec<rkf_h::rkf_multi_prog>,
     /// The states (program, id and detached flag) of the links at the time, which the
-    /// slots name, kept as long as the image: a run reads its slot's flag first, however long after the link
-    /// went: on the way out of a call in flight, past a sleepable program, or on the way
-    /// in by a task that was preempted in the image's code while its function moved to
-    /// the shared trampoline (a generation that failed), whose link may then be freed
-    /// after an RCU grace period only (no trampoline of its retired).
+    /// slots name, kept as long as the image: a run reads its slot's flag first, however
+    /// long after the link went: on the way out of a call in flight, past a sleepable
+    /// program, or on the way in by a task that was preempted in the image's code while
+    /// its function moved to the shared trampoline (a generation that failed), whose link
+    /// may then be freed after an RCU grace period only (no trampoline of its retired).
     _links: AreaVec<Arc<LinkState>>,
 }
 
@@ -302,11 +302,11 @@ fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
 
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' states `links` (program, id and
-/// detached flag: what the slots name, kept as long as the image): returns the image and where it
-/// put each function.  A function with an exit (fexit or session programs) gets code of its own;
-/// the others share code by shape, one copy per shape at the start of the image, and
-/// each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes a function
-/// instead of 64 to 112 for the same code of its own.
+/// detached flag: what the slots name, kept as long as the image): returns the image and
+/// where it put each function.  A function with an exit (fexit or session programs) gets
+/// code of its own; the others share code by shape, one copy per shape at the start of
+/// the image, and each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes
+/// a function instead of 64 to 112 for the same code of its own.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],

@@ -273,7 +273,8 @@ fn trigger(skel: &MultiSkel<'_>) -> Result<()> {
     Ok(())
 }
 
-fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<Link> {
+/// [`Link::attach()`], its error as an [`anyhow::Error`].
+pub(crate) fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<Link> {
     Link::attach(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -1632,11 +1633,15 @@ impl Tramp {
         shared.context("through the shared trampoline (generate=0)")
     }
 
-    /// Whether `caller`, a site's direct caller by symbol, is a trampoline of this kind.
-    pub(crate) fn is(self, caller: &str) -> bool {
-        match self {
-            Tramp::Generated => caller.starts_with("rkf_multi_image_"),
-            Tramp::Shared => caller == "rkf_multi_tramp",
+    /// The kind of rkf_multi trampoline `caller` is, a site's direct caller by symbol, or
+    /// `None` if it is none of rkf_multi's.
+    pub(crate) fn of(caller: &str) -> Option<Tramp> {
+        if caller.starts_with("rkf_multi_image_") {
+            Some(Tramp::Generated)
+        } else if caller == "rkf_multi_tramp" {
+            Some(Tramp::Shared)
+        } else {
+            None
         }
     }
 }
@@ -1659,7 +1664,7 @@ pub(crate) fn check_tramps(funcs: &[Func], t: Tramp, what: &str) -> Result<()> {
             .map(String::as_str)
             .unwrap_or("none");
         check!(
-            t.is(c),
+            Tramp::of(c) == Some(t),
             "{what}: {} called through {c}, not the {t:?} trampoline",
             f.name
         );

@@ -217,7 +217,7 @@ fn attach_and_sleep(
     tramp: Tramp,
     fexit: bool,
 ) -> Result<Links> {
-    let attach = |prog| Link::attach(prog, funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let attach = |prog| crate::multi::attach(prog, funcs, None);
     let links = Links {
         fexit: fexit
             .then(|| attach(&skel.progs.asleep_fexit))
@@ -565,7 +565,7 @@ pub(super) fn image_kept_by_its_count() -> Result<()> {
             .remove(&func)
             .with_context(|| format!("{func} has no direct caller"))
     };
-    let attach = |prog| Link::attach(prog, &funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
+    let attach = |prog| crate::multi::attach(prog, &funcs, None);
     let first = attach(&skel.progs.step1_fentry)?;
     let replaced_first = caller_of()?;
     let second = attach(&skel.progs.step2_fentry)?;
@@ -766,15 +766,13 @@ fn shared_exit_after_move_once() -> Result<()> {
     let caller = Caller::spawn()?;
     let mut obj = MaybeUninit::uninit();
     let (skel, map) = load_for(&mut obj, &caller)?;
-    let attach =
-        |prog, funcs: &[Func]| Link::attach(prog, funcs, None).map_err(|e| anyhow::anyhow!("{e}"));
-    let sleeper = attach(&skel.progs.asleep_fentry, &funcs)?;
+    let sleeper = crate::multi::attach(&skel.progs.asleep_fentry, &funcs, None)?;
     check_tramps(&funcs, Tramp::Generated, "fentry.s")?;
     let fexit =
         crate::multi::faults::attach_with_generation_failed(&skel.progs.asleep_fexit, &funcs)
             .context("the fexit link, its generation failing")?;
     caller.call_and_wait_asleep(Tramp::Shared)?;
-    let late = attach(&skel.progs.late_fentry, &around)?;
+    let late = crate::multi::attach(&skel.progs.late_fentry, &around, None)?;
     check_tramps(
         &around,
         Tramp::Generated,

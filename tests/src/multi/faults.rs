@@ -211,13 +211,15 @@ pub(crate) fn attach_with_generation_failed(prog: &impl AsFd, funcs: &[Func]) ->
                     n - 1
                 );
                 let on = callers(funcs)?;
-                let all =
-                    |ok: &dyn Fn(&str) -> bool| on.iter().all(|c| c.as_deref().is_some_and(ok));
+                let kinds: Vec<_> = on
+                    .iter()
+                    .map(|c| c.as_deref().and_then(Tramp::of))
+                    .collect();
                 check!(
-                    all(&|c| Tramp::Shared.is(c) || Tramp::Generated.is(c)),
+                    kinds.iter().all(Option::is_some),
                     "attach with allocation {n} failing: the functions' callers {on:?}"
                 );
-                if all(&|c| Tramp::Shared.is(c)) {
+                if kinds.iter().all(|&k| k == Some(Tramp::Shared)) {
                     return Ok(file);
                 }
             }
