@@ -156,10 +156,8 @@ impl Caller {
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        let via = |f: &String| match tramp {
-            Tramp::Generated => f.starts_with("rkf_multi_image_"),
-            Tramp::Shared => f.starts_with("rkf_multi_tramp"),
-        };
+        // A frame reads `symbol+offset` (kernel_stack()).
+        let via = |f: &String| Tramp::of(f.split('+').next().unwrap_or_default()) == Some(tramp);
         check!(
             stack.iter().any(via),
             "the asleep task's stack shows no {tramp:?} trampoline: {stack:?}"
