@@ -70,6 +70,16 @@
  */
 #define RKF_MULTI_COOKIE_INDEX_SHIFT	8
 #define RKF_MULTI_IS_RETURN_SHIFT	63
+/*
+ * A generated trampoline that runs sleepable programs itself, as the JIT's
+ * invoke_bpf_prog() (a function whose programs are all fentry ones: no session cookies
+ * there), keeps what __bpf_prog_enter_sleepable_recur() returned and the run context
+ * (struct bpf_tramp_run_ctx) below RKF_MULTI_FRAME_SIZE.
+ */
+#define RKF_MULTI_FRAME_START		(-128)	/* the start time */
+#define RKF_MULTI_FRAME_RUN_CTX		(-144)	/* struct bpf_tramp_run_ctx */
+#define RKF_MULTI_RUN_CTX_COOKIE	0	/* its bpf_cookie */
+#define RKF_MULTI_RUN_CTX_SIZE		16
 
 #ifndef __ASSEMBLY__
 
@@ -414,6 +424,28 @@ u32 rkf_multi_error_injection(unsigned long addr, struct module *mod);
 
 /* c-shim/rkf_multi_image.c: generated trampolines in BPF text. */
 struct rkf_multi_image;
+
+/**
+ * struct rkf_multi_prog_code - a sleepable program as a generated trampoline runs it
+ * itself, with everything built in (rust/core/src/tramp.rs, Direct)
+ * @prog:     the program
+ * @func:     its code, prog->bpf_func, called directly
+ * @insnsi:   its instructions, the second argument of @func
+ * @detached: its link's detached flag (a byte)
+ * @enter:    __bpf_prog_enter_sleepable_recur()
+ * @exit:     __bpf_prog_exit_sleepable_recur()
+ */
+struct rkf_multi_prog_code {
+	u64 prog;
+	u64 func;
+	u64 insnsi;
+	u64 detached;
+	u64 enter;
+	u64 exit;
+};
+
+bool rkf_multi_prog_code(const struct rkf_multi_link_state *link,
+			 struct rkf_multi_prog_code *code);
 __rkf_safe unsigned long rkf_multi_return_thunk(void);
 u32 rkf_multi_call_depth_account(u8 *buf, u32 room, unsigned long ip);
 struct rkf_multi_image *rkf_multi_image_alloc(u32 size, u64 seq, bool counted,

@@ -89,6 +89,42 @@ unsigned long rkf_multi_return_thunk(void)
 	return 0;
 }
 
+/* The run context a generated trampoline keeps in its frame (rust/core/src/tramp.rs). */
+static_assert(offsetof(struct bpf_tramp_run_ctx, bpf_cookie) == RKF_MULTI_RUN_CTX_COOKIE);
+static_assert(sizeof(struct bpf_tramp_run_ctx) == RKF_MULTI_RUN_CTX_SIZE);
+static_assert(RKF_MULTI_FRAME_START - RKF_MULTI_FRAME_RUN_CTX == RKF_MULTI_RUN_CTX_SIZE);
+static_assert(RKF_MULTI_FRAME_START == -RKF_MULTI_FRAME_SIZE - 8);
+
+/**
+ * rkf_multi_prog_code() - how a generated trampoline runs a link's program itself
+ * @link: the link's state, its program held by the link
+ * @code: set to what the code builds in, for a sleepable program
+ *
+ * A sleepable program is run as a BPF trampoline runs it (invoke_bpf_prog() of
+ * arch/x86/net/bpf_jit_comp.c, bpf_trampoline_enter() and bpf_trampoline_exit() of
+ * kernel/bpf/trampoline.c for a sleepable tracing program): its code called directly,
+ * between __bpf_prog_enter_sleepable_recur() and __bpf_prog_exit_sleepable_recur()
+ * (export patch 0005), which vmlinux builds with migrate_disable() and migrate_enable()
+ * inline.  Any other program runs through rkf_multi_run_sleepable_slot().
+ *
+ * Return: whether @link's program is sleepable (@code is then set).
+ */
+bool rkf_multi_prog_code(const struct rkf_multi_link_state *link,
+			 struct rkf_multi_prog_code *code)
+{
+	const struct bpf_prog *prog = link->prog;
+
+	if (!prog->sleepable)
+		return false;
+	code->prog = (unsigned long)prog;
+	code->func = (unsigned long)prog->bpf_func;
+	code->insnsi = (unsigned long)prog->insnsi;
+	code->detached = (unsigned long)&link->detached;
+	code->enter = (unsigned long)__bpf_prog_enter_sleepable_recur;
+	code->exit = (unsigned long)__bpf_prog_exit_sleepable_recur;
+	return true;
+}
+
 /**
  * rkf_multi_call_depth_account() - the call depth accounting before a call in generated code
  * @buf:  where to write it

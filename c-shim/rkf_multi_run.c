@@ -646,7 +646,9 @@ notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog
  * under RCU tasks trace (rkf_multi_run_any()): a link detached meanwhile runs no more,
  * and is still there to be read, as every link of the function was marked beside a
  * sleepable program when the image was generated for it, and is freed after an RCU
- * tasks trace grace period (rust/multi/registry.rs).
+ * tasks trace grace period (rust/multi/registry.rs).  A trampoline without an exit runs
+ * its sleepable programs itself, as a BPF trampoline does (rkf_multi_prog_code()), and
+ * its other programs through here.
  */
 notrace __no_stack_protector void
 rkf_multi_run_sleepable_slot(const struct rkf_multi_prog *p, u64 *ctx)

@@ -114,6 +114,10 @@ const _: () = {
     assert!(tramp_core::COOKIES == rkf_h::RKF_MULTI_FRAME_COOKIES);
     assert!(tramp_core::COOKIE_INDEX_SHIFT == rkf_h::RKF_MULTI_COOKIE_INDEX_SHIFT);
     assert!(tramp_core::IS_RETURN_SHIFT == rkf_h::RKF_MULTI_IS_RETURN_SHIFT);
+    assert!(tramp_core::START as i32 == rkf_h::RKF_MULTI_FRAME_START);
+    assert!(tramp_core::RUN_CTX == rkf_h::RKF_MULTI_FRAME_RUN_CTX);
+    assert!(tramp_core::RUN_CTX_COOKIE == rkf_h::RKF_MULTI_RUN_CTX_COOKIE as i32);
+    assert!(tramp_core::RUN_CTX_SIZE == rkf_h::RKF_MULTI_RUN_CTX_SIZE);
 };
 
 /// rkf_multi's state: the device, and everything its files reach.

@@ -23,6 +23,10 @@ pub const RKF_MULTI_FRAME_FEXIT: i32 = -264;
 pub const RKF_MULTI_SHARED_FRAME_SIZE: u32 = 272;
 pub const RKF_MULTI_COOKIE_INDEX_SHIFT: u32 = 8;
 pub const RKF_MULTI_IS_RETURN_SHIFT: u32 = 63;
+pub const RKF_MULTI_FRAME_START: i32 = -128;
+pub const RKF_MULTI_FRAME_RUN_CTX: i32 = -144;
+pub const RKF_MULTI_RUN_CTX_COOKIE: u32 = 0;
+pub const RKF_MULTI_RUN_CTX_SIZE: u32 = 16;
 pub const RKF_MULTI_KIND_FENTRY: u32 = 0;
 pub const RKF_MULTI_KIND_FEXIT: u32 = 1;
 pub const RKF_MULTI_KIND_SESSION: u32 = 2;
@@ -190,6 +194,21 @@ unsafe extern "C" {
 #[derive(Debug)]
 pub struct rkf_multi_image {
     _unused: [u8; 0],
+}
+#[repr(C)]
+pub struct rkf_multi_prog_code {
+    pub prog: u64_,
+    pub func: u64_,
+    pub insnsi: u64_,
+    pub detached: u64_,
+    pub enter: u64_,
+    pub exit: u64_,
+}
+unsafe extern "C" {
+    pub fn rkf_multi_prog_code(
+        link: *const rkf_multi_link_state,
+        code: *mut rkf_multi_prog_code,
+    ) -> bool_;
 }
 unsafe extern "C" {
     pub safe fn rkf_multi_return_thunk() -> ffi::c_ulong;

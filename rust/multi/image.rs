@@ -5,9 +5,9 @@
 
 use core::ptr;
 
-use kernel::{ffi::c_void, prelude::*, sync::Arc};
+use kernel::{bindings, ffi::c_void, prelude::*, sync::Arc};
 
-use super::{area::AreaVec, link::LinkState};
+use super::{area::AreaVec, link::LinkState, refs::ProgRef};
 use crate::{
     multi_table, rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
@@ -57,6 +57,11 @@ struct ImageData {
     /// its function moved to the shared trampoline (a generation that failed), whose link
     /// may then be freed after an RCU grace period only (no trampoline of its retired).
     _links: AreaVec<Arc<LinkState>>,
+    /// The programs its code calls itself (sleepable programs, `tramp_core::Direct`),
+    /// kept as long as the image: a call that entered the code before their links went
+    /// may still pass them to `__bpf_prog_enter_sleepable_recur()`, which reads them
+    /// before the code reads the link's flag.
+    _progs: AreaVec<ProgRef>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
@@ -179,15 +184,14 @@ pub(crate) struct FuncCode<'a> {
     pub(crate) sleepable: bool,
 }
 
-/// A shape of shared code: functions whose programs are all fentry ones, with the same
-/// argument count, ctx slots filled, program count, sleepability and ftrace site offset,
+/// A shape of shared code: functions whose programs are all fentry ones, none sleepable,
+/// with the same argument count, ctx slots filled, program count and ftrace site offset,
 /// share one code in an image and have a stub each (`tramp_core::Shared`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Shape {
     nr_args: u32,
     saved: u32,
     nr_fentry: u32,
-    sleepable: bool,
     site_offset: u32,
 }
 
@@ -197,20 +201,58 @@ impl FuncCode<'_> {
         self.ret_ip - tramp_core::MCOUNT_INSN_SIZE - u64::from(self.site_offset)
     }
 
-    /// The shape of shared code it runs through, if it has no exit (`tramp_core::emit()`
-    /// is the code of one that has).
+    /// The shape of shared code it runs through, if it has no exit and no sleepable
+    /// program (`tramp_core::emit()` is the code of one that has: its sleepable programs
+    /// are run by the code itself, with the program built in, as the JIT runs them).
     fn shape(&self) -> Option<Shape> {
         let nr_fentry = u32::try_from(self.nr_fentry).ok()?;
         (self.exit().is_none()
+            && !self.sleepable
             && self.site_offset <= tramp_core::MAX_SITE_OFFSET
             && nr_fentry <= tramp_core::MAX_SHARED_PROGS)
             .then_some(Shape {
                 nr_args: self.nr_args,
                 saved: self.ctx_args,
                 nr_fentry,
-                sleepable: self.sleepable,
                 site_offset: self.site_offset,
             })
+    }
+
+    /// How its trampoline runs each of its fentry programs: `tramp_core::Direct` for a
+    /// sleepable one, where its calls are counted around its programs
+    /// ([`FuncCode::counted()`]); `None` for the others, run through
+    /// [`FuncCode::runner()`].  Empty for a function that is not counted.
+    fn direct(&self) -> Result<AreaVec<Option<tramp_core::Direct>>> {
+        let mut direct = AreaVec::new();
+        if !self.counted() {
+            return Ok(direct);
+        }
+        for p in &self.progs[..self.nr_fentry] {
+            let mut code = rkf_h::rkf_multi_prog_code {
+                prog: 0,
+                func: 0,
+                insnsi: 0,
+                detached: 0,
+                enter: 0,
+                exit: 0,
+            };
+            // SAFETY: `p.link` is the state of a live link (its slot was made from the
+            // link, under the registry's lock, which the caller holds): its program is
+            // held; `code` is valid for writes.
+            let sleepable = unsafe { rkf_h::rkf_multi_prog_code(p.link, &mut code) };
+            let run = sleepable.then_some(tramp_core::Direct {
+                detached: code.detached,
+                cookie: p.cookie,
+                prog: code.prog,
+                insnsi: code.insnsi,
+                func: code.func,
+                stats: p.stats as u64,
+                enter: code.enter,
+                exit: code.exit,
+            });
+            direct.push(run, GFP_KERNEL)?;
+        }
+        Ok(direct)
     }
 
     /// The shape of its exit, if it has one: its session and fexit programs.
@@ -284,18 +326,16 @@ pub(crate) struct Placed {
     pub(crate) slots: *const rkf_h::rkf_multi_prog,
 }
 
-/// The shared code of `shape` in an image whose calls in flight are counted in
-/// `inflight`, for a cpu that wants `m`.
-fn shared(shape: &Shape, inflight: u64, m: &Mitigations) -> tramp_core::Shared {
+/// The shared code of `shape`, for a cpu that wants `m`.
+fn shared(shape: &Shape, m: &Mitigations) -> tramp_core::Shared {
     tramp_core::Shared {
         nr_args: shape.nr_args,
         saved: shape.saved,
         nr_fentry: shape.nr_fentry,
         site_offset: shape.site_offset,
-        run: runner(shape.sleepable),
-        // Its functions have no exit: those with a sleepable program count their calls
-        // around their programs (`FuncCode::counted()`).
-        counted: shape.sleepable.then_some(inflight),
+        run: runner(false),
+        // Its functions have no sleepable program: their calls are not counted.
+        counted: None,
         mitigations: *m,
     }
 }
@@ -329,12 +369,12 @@ pub(crate) fn generate(
         }
     }
     shapes.truncate(kept);
-    // Where each shape's code starts, and its length; `inflight` does not change them.
+    // Where each shape's code starts, and its length.
     let mut shape_at = AreaVec::<(usize, usize)>::with_capacity(shapes.len(), GFP_KERNEL)?;
     let mut size = 0usize;
     for shape in shapes.iter() {
         size = tramp_core::align(size);
-        let len = tramp_core::shared_len(&shared(shape, 0, m));
+        let len = tramp_core::shared_len(&shared(shape, m));
         shape_at.push((size, len), GFP_KERNEL)?;
         size += len;
     }
@@ -343,17 +383,25 @@ pub(crate) fn generate(
     let mut layout =
         AreaVec::<(usize, u32, usize, Option<usize>)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut nr_slots, mut counts_calls) = (0usize, false);
+    let mut progs = AreaVec::<ProgRef>::new();
     for f in funcs {
         let saved = f.ctx_args;
         counts_calls |= f.counts_calls();
         size = tramp_core::align(size);
         let shape = f.shape().and_then(|k| shapes.binary_search(&k).ok());
+        let direct = f.direct()?;
+        for d in direct.iter().flatten() {
+            // SAFETY: the program of a live link, whose slot `f` has: the link holds it.
+            let prog = unsafe { ProgRef::inc(d.prog as *mut bindings::bpf_prog) };
+            progs.push(prog, GFP_KERNEL)?;
+        }
         let len = match shape {
             Some(_) => tramp_core::STUB,
             None => tramp_core::len(
                 f.nr_args,
                 saved,
                 f.nr_fentry as u32,
+                direct.iter().filter(|d| d.is_some()).count() as u32,
                 f.exit(),
                 f.counted(),
                 m,
@@ -378,6 +426,7 @@ pub(crate) fn generate(
         ImageData {
             slots,
             _links: states,
+            _progs: progs,
         },
         GFP_KERNEL,
     )?;
@@ -413,7 +462,7 @@ pub(crate) fn generate(
     let mut buf = AreaVec::<u8>::from_elem(0xcc, size, GFP_KERNEL)?;
     for (shape, &(at, len)) in shapes.iter().zip(shape_at.iter()) {
         let code_at = (code + at) as u64;
-        tramp_core::emit_shared(&mut buf[at..at + len], code_at, &shared(shape, inflight, m))
+        tramp_core::emit_shared(&mut buf[at..at + len], code_at, &shared(shape, m))
             .map_err(|_| ERANGE)?;
     }
     let mut first_slot = 0usize;
@@ -449,6 +498,7 @@ pub(crate) fn generate(
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
         let run = f.runner();
+        let direct = f.direct()?;
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,
@@ -463,6 +513,7 @@ pub(crate) fn generate(
                 dead,
             }),
             counted: f.counted().then_some(inflight),
+            direct: &direct,
             mitigations: *m,
         };
         tramp_core::emit(out, ip, &spec).map_err(|_| ERANGE)?;

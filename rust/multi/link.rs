@@ -32,10 +32,12 @@ use crate::{
 /// # Invariants
 ///
 /// `prog` is the link's program, which the link keeps (its [`ProgRef`]) until the link is
-/// freed, after the grace periods that follow its detach (or failed attach).  Only the C
-/// run path reads it, and only while the link is there: after seeing `detached` clear,
-/// under RCU or RCU tasks trace, or from a slot of a published table, read under RCU (or
-/// RCU tasks trace), whose links are freed only after those grace periods.
+/// freed, after the grace periods that follow its detach (or failed attach).  Only C
+/// reads it, and only while the link is there: the run path after seeing `detached`
+/// clear, under RCU or RCU tasks trace, or from a slot of a published table, read under
+/// RCU (or RCU tasks trace), whose links are freed only after those grace periods; and
+/// `rkf_multi_prog_code()`, for an image generated while the link is attached, which
+/// takes a reference of its own on a program it builds in (`image::ImageData`).
 #[repr(C)]
 pub(crate) struct LinkState {
     /// The program.

@@ -13,7 +13,8 @@
 //! ```text
 //! [account]                                     call depth tracking: the entry's call
 //! push rbp; mov rbp, rsp; sub rsp, 120+8*ns     the shared trampoline's frame, and a
-//!                                               cookie for each of ns sessions
+//!                                               cookie for each of ns sessions (144
+//!                                               with a run of its own, see below)
 //! mov [rbp-104+8*i], <arg i>  (i < saved, i < 6)          ctx[i]: the registers
 //! mov rax, [rbp+24+8*(i-6)]; mov [rbp-104+8*i], rax       ctx[i]: the stack arguments
 //!                             (6 <= i < nr_args)
@@ -25,6 +26,7 @@
 //! for each fentry program:
 //!     movabs rdi, &slot; lea rsi, [rbp-104]
 //!     [account]; call run                       run(slot, ctx)
+//!     (or, for a sleepable one with no exit, the JIT's run of it: [`Direct`])
 //! [movabs rax, &inflight; dec qword gs:[rax]]   sleepable fentry programs, no exit
 //! with session programs:
 //!     mov qword [rbp-128-8*k], 0  (k < ns)      ctx[-3-k]: session k's cookie
@@ -76,7 +78,8 @@
 //! fentry programs, no fexit or session) around its programs only, as the kernel's
 //! fentry.s trampoline does not call the function either; its `run` is then
 //! `rkf_multi_run_sleepable_slot()`, which checks the link and runs a sleepable program
-//! under RCU tasks trace.  Session
+//! under RCU tasks trace, and such a function's sleepable fentry programs are run by the
+//! code itself, as the JIT runs them ([`Direct`]).  Session
 //! programs run as the JIT runs fsession programs (`invoke_bpf()`): ctx[-1] carries the
 //! argument count, the index of the program's cookie (`bpf_session_cookie()` is
 //! `&ctx[-index]`, inlined by the verifier) and on exit the is-return bit
@@ -124,6 +127,19 @@ pub const RET: i8 = -8;
 pub const RET6: i8 = CTX + 8 * REG_ARGS as i8;
 /// Bytes below rbp, for a function without session programs.
 pub const FRAME: u8 = 120;
+/// Where a trampoline that runs sleepable programs itself ([`Direct`]) keeps what
+/// `__bpf_prog_enter_sleepable_recur()` returned (the start time), below [`FRAME`].
+pub const START: i8 = -128;
+/// Where it keeps the run context (`struct bpf_tramp_run_ctx`: the cookie at
+/// [`RUN_CTX_COOKIE`], then the saved run context), below [`START`].
+pub const RUN_CTX: i32 = -144;
+/// The offset of the cookie in `struct bpf_tramp_run_ctx` (its `struct bpf_run_ctx` is
+/// empty), asserted by rkf_multi.
+pub const RUN_CTX_COOKIE: i32 = 0;
+/// Bytes of `struct bpf_tramp_run_ctx`, asserted by rkf_multi.
+pub const RUN_CTX_SIZE: u32 = 16;
+/// Bytes below rbp, for a function with [`Direct`] runs.
+pub const DIRECT_FRAME: u32 = -RUN_CTX as u32;
 /// `ctx[-3 - k]`, session program k's cookie (`RKF_MULTI_FRAME_COOKIES`), below
 /// [`FRAME`]: a function with session programs has a frame 8 bytes larger for each.
 pub const COOKIES: i32 = CTX as i32 - 24;
@@ -234,6 +250,53 @@ pub struct Exit<'a> {
     pub dead: u64,
 }
 
+/// A sleepable fentry program that the trampoline runs itself, as the JIT's
+/// `invoke_bpf_prog()` runs one, with everything built in, instead of calling
+/// [`Spec::run`] with its slot:
+///
+/// ```text
+/// movabs rax, cookie; mov [rbp-144], rax                  the run context's cookie
+/// movabs rdi, prog; lea rsi, [rbp-144]
+/// [account]; call enter                                   start = enter(prog, &run_ctx)
+/// mov [rbp-128], rax
+/// movabs rax, &detached; cmp byte [rax], 0; jne done      its link is detached
+/// cmp qword [rbp-128], 0; je miss                         the recursion guard skips it
+/// lea rdi, [rbp-104]; movabs rsi, insnsi
+/// [account]; call func                                    func(ctx, insnsi)
+/// movabs rax, stats; lock inc qword [rax]; jmp done       a hit
+/// miss: movabs rax, stats; lock inc qword [rax+8]         a miss
+/// done: movabs rdi, prog; mov rsi, [rbp-128]; lea rdx, [rbp-144]
+/// [account]; call exit                                    exit(prog, start, &run_ctx)
+/// ```
+///
+/// `enter` and `exit` are the kernel's `__bpf_prog_enter_sleepable_recur()` and
+/// `__bpf_prog_exit_sleepable_recur()`: RCU tasks trace, no migration, the run context,
+/// the recursion guard and the program's statistics, with `migrate_disable()` and
+/// `migrate_enable()` inline, as a BPF trampoline takes them; `func` is the program's
+/// `bpf_func`, called directly.  Every call is direct, to a target named here.  The
+/// link's flag and counters are read under RCU tasks trace, after `enter` (a detached
+/// link is freed after its grace period); the program is the image's to keep, so that
+/// `enter` may be called with it however long after the link went.
+#[derive(Clone, Copy, Debug)]
+pub struct Direct {
+    /// Its link's detached flag (a byte): once set, the program is not run.
+    pub detached: u64,
+    /// Its cookie on the function (`bpf_get_attach_cookie()`).
+    pub cookie: u64,
+    /// The program (`struct bpf_prog *`).
+    pub prog: u64,
+    /// Its instructions (`prog->insnsi`): the second argument of `func`.
+    pub insnsi: u64,
+    /// Its code (`prog->bpf_func`).
+    pub func: u64,
+    /// Its counters on the function: the hits, then the misses 8 bytes on.
+    pub stats: u64,
+    /// `__bpf_prog_enter_sleepable_recur()`.
+    pub enter: u64,
+    /// `__bpf_prog_exit_sleepable_recur()`.
+    pub exit: u64,
+}
+
 /// One trampoline to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct Spec<'a> {
@@ -256,6 +319,10 @@ pub struct Spec<'a> {
     /// programs and decremented after them, so that the image outlives a task asleep in one.  (With
     /// an exit, [`Exit::inflight`] counts the call from entry to return.)
     pub counted: Option<u64>,
+    /// For each fentry program of `slots`, the same program run by the trampoline itself
+    /// ([`Direct`]), or `None` to run it through `run`; empty, every one through `run`.
+    /// Only for a function without an exit whose programs are `counted`.
+    pub direct: &'a [Option<Direct>],
     /// What the cpu wants of the code.
     pub mitigations: Mitigations,
 }
@@ -288,34 +355,39 @@ pub fn align(off: usize) -> usize {
 }
 
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
-/// `saved` slots of ctx, runs `nr_entry` fentry programs and, with `exit` (session
-/// programs, fexit programs), calls the function and runs that many session and fexit
-/// programs, or without it, with its programs `counted` ([`Spec::counted`]; [`emit()`]
-/// refuses a count with an exit), on a cpu that wants `m`.
+/// `saved` slots of ctx, runs `nr_entry` fentry programs, `direct` of them itself
+/// ([`Direct`]), and, with `exit` (session programs, fexit programs), calls the function
+/// and runs that many session and fexit programs, or without it, with its programs
+/// `counted` ([`Spec::counted`]; [`emit()`] refuses a count with an exit), on a cpu that
+/// wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,
     nr_entry: u32,
+    direct: u32,
     exit: Option<(u32, u32)>,
     counted: bool,
     m: &Mitigations,
 ) -> usize {
     // Accounting, prologue 1+3+4 (or +7 for a frame past 127 bytes), a register slot 4
-    // and any other slot 8, count 8, address 10+4, per program 10+4 + accounting + 5,
-    // register loads 4 each.
+    // and any other slot 8, count 8, address 10+4, per program 10+4 + accounting + 5
+    // (a direct one: direct_len()), register loads 4 each.
     let a = m.account_len();
     let prog = 19 + a;
     let regs = |n: u32| n.min(REG_ARGS) as usize;
     let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
     let sessions = exit.map_or(0, |(s, _)| s as usize);
-    // sub rsp, imm8 (sign-extended) or imm32.
-    let sub = if i8::try_from(frame(sessions as u32)).is_ok() {
-        4
+    let size = if direct > 0 {
+        DIRECT_FRAME
     } else {
-        7
+        frame(sessions as u32)
     };
+    // sub rsp, imm8 (sign-extended) or imm32.
+    let sub = if i8::try_from(size).is_ok() { 4 } else { 7 };
     let head = a + 4 + sub + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
-    let mut entry = prog * nr_entry as usize + 4 * regs(nr_args);
+    let direct = direct.min(nr_entry) as usize;
+    let mut entry =
+        prog * (nr_entry as usize - direct) + direct_len(m) * direct + 4 * regs(nr_args);
     if sessions > 0 {
         // Each cookie zeroed 11, the return value slots zeroed 8 each, each entry run's
         // ctx[-1] 10+4 and its call.
@@ -337,6 +409,14 @@ pub fn len(
         }
     };
     head + entry + tail
+}
+
+/// Bytes of a [`Direct`] run: the cookie 10+7, the enter call's arguments 10+7, three
+/// calls with their accounting, the start kept 4, the flag's check 10+3+6, the start
+/// tested 5+6, the program's arguments 4+10, the hit 10+4 and the jump past the miss 5,
+/// the miss 10+5, the exit call's arguments 10+4+7.
+fn direct_len(m: &Mitigations) -> usize {
+    17 + 17 + 3 * (m.account_len() + 5) + 4 + 19 + 11 + 14 + 14 + 5 + 15 + 21
 }
 
 /// Bytes of the exit runs: each session's ctx[-1] 10+4 and its call, ctx[-1] back to the
@@ -519,6 +599,85 @@ impl Out<'_> {
         Ok(())
     }
 
+    /// The fentry programs `slots` run through `run`, or by the code itself where
+    /// `direct` (empty, or one for each of `slots`) says how.
+    fn fentry_progs(
+        &mut self,
+        at: u64,
+        m: &Mitigations,
+        slots: &[u64],
+        direct: &[Option<Direct>],
+        run: u64,
+    ) -> Result<(), EmitError> {
+        for (k, &slot) in slots.iter().enumerate() {
+            match direct.get(k).copied().flatten() {
+                Some(d) => self.direct(at, m, &d)?,
+                None => self.progs(at, m, &[slot], run)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `mov`/`lea` (`op`) between `reg` and `[rbp+disp32]`.
+    fn rbp_op32(&mut self, op: u8, reg: u8, disp: i32) {
+        self.bytes(&[0x48, op, 0x85 | (reg << 3)]);
+        self.u32(disp as u32);
+    }
+
+    /// A [`Direct`] run ([`direct_len()`] bytes).
+    fn direct(&mut self, at: u64, m: &Mitigations, d: &Direct) -> Result<(), EmitError> {
+        let start = self.pos;
+        let a = m.account_len();
+        // The miss, and the exit call after it.
+        let miss = at.wrapping_add((start + 111 + 2 * a) as u64);
+        let done = at.wrapping_add((start + 126 + 2 * a) as u64);
+        // movabs rax, cookie; mov [rbp+RUN_CTX+RUN_CTX_COOKIE], rax
+        self.bytes(&MOVABS_RAX);
+        self.u64(d.cookie);
+        self.rbp_op32(0x89, 0, RUN_CTX + RUN_CTX_COOKIE);
+        // movabs rdi, prog; lea rsi, [rbp+RUN_CTX]; call enter
+        self.bytes(&MOVABS_RDI);
+        self.u64(d.prog);
+        self.rbp_op32(0x8d, 6, RUN_CTX);
+        self.account(at, m)?;
+        self.branch(at, &[0xe8], d.enter)?;
+        // mov [rbp+START], rax; movabs rax, &detached; cmp byte [rax], 0; jne done
+        self.rbp_mov((0, false), START, true);
+        self.bytes(&MOVABS_RAX);
+        self.u64(d.detached);
+        self.bytes(&[0x80, 0x38, 0x00]);
+        self.branch(at, &[0x0f, 0x85], done)?;
+        // cmp qword [rbp+START], 0; je miss
+        self.bytes(&[0x48, 0x83, 0x7d, START as u8, 0x00]);
+        self.branch(at, &[0x0f, 0x84], miss)?;
+        // lea rdi, [rbp+CTX]; movabs rsi, insnsi; call func
+        self.bytes(&[0x48, 0x8d, 0x7d, CTX as u8]);
+        self.bytes(&[0x48, 0xbe]);
+        self.u64(d.insnsi);
+        self.account(at, m)?;
+        self.branch(at, &[0xe8], d.func)?;
+        // movabs rax, stats; lock inc qword [rax]; jmp done
+        self.bytes(&MOVABS_RAX);
+        self.u64(d.stats);
+        self.bytes(&[0xf0, 0x48, 0xff, 0x00]);
+        self.branch(at, &[0xe9], done)?;
+        // miss: movabs rax, stats; lock inc qword [rax+8]
+        debug_assert_eq!(at.wrapping_add(self.pos as u64), miss);
+        self.bytes(&MOVABS_RAX);
+        self.u64(d.stats);
+        self.bytes(&[0xf0, 0x48, 0xff, 0x40, 0x08]);
+        // done: movabs rdi, prog; mov rsi, [rbp+START]; lea rdx, [rbp+RUN_CTX]; call exit
+        debug_assert_eq!(at.wrapping_add(self.pos as u64), done);
+        self.bytes(&MOVABS_RDI);
+        self.u64(d.prog);
+        self.rbp_mov((6, false), START, false);
+        self.rbp_op32(0x8d, 2, RUN_CTX);
+        self.account(at, m)?;
+        self.branch(at, &[0xe8], d.exit)?;
+        debug_assert_eq!(self.pos - start, direct_len(m));
+        Ok(())
+    }
+
     /// The entry or `exit` runs of the session programs `slots` of a function of
     /// `nr_args` arguments through `run`, each with its ctx[-1].
     fn sessions(
@@ -552,9 +711,11 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         || t.exit.is_some_and(no_exit_run)
         || (t.slots.is_empty() && t.exit.is_none())
         || (t.counted.is_some() && (t.exit.is_some() || t.slots.is_empty()))
+        || (!t.direct.is_empty() && (t.direct.len() != t.slots.len() || t.counted.is_none()))
     {
         return Err(EmitError::BadShape);
     }
+    let direct = t.direct.iter().filter(|d| d.is_some()).count() as u32;
     if t.exit
         .is_some_and(|e| e.sessions.len() > MAX_SESSIONS as usize)
     {
@@ -567,6 +728,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         t.nr_args,
         t.saved,
         t.slots.len() as u32,
+        direct,
         shape,
         t.counted.is_some(),
         m,
@@ -578,7 +740,12 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let stack_arg = |i: usize| STACK_ARGS + 8 * (i - regs) as i8;
     let mut o = Out { buf, pos: 0 };
     let sessions = t.exit.map_or(&[][..], |e| e.sessions);
-    o.prologue(at, m, frame(sessions.len() as u32))?;
+    let size = if direct > 0 {
+        DIRECT_FRAME
+    } else {
+        frame(sessions.len() as u32)
+    };
+    o.prologue(at, m, size)?;
     o.save_args(n, saved);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
     o.bytes(&MOVABS_RAX);
@@ -587,7 +754,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     if let Some(c) = t.exit.map(|e| e.inflight).or(t.counted) {
         o.count(c, &INC_GS_RAX);
     }
-    o.progs(at, m, t.slots, t.run)?;
+    o.fentry_progs(at, m, t.slots, t.direct, t.run)?;
     if let Some(c) = t.counted {
         // Past the programs the task runs only the rest of this code, which an RCU tasks
         // grace period waits out.

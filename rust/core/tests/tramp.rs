@@ -33,8 +33,11 @@ fn disasm(code: &[u8], at: u64) -> (Vec<Instruction>, Vec<String>) {
         f.format(&i, &mut s);
         insns.push(i);
         text.push(s);
+        // The end: int3, or the jump to the return thunk (a direct run's jump past its
+        // miss stays inside the code).
+        let inside = (at..at + code.len() as u64).contains(&i.near_branch_target());
         if matches!(i.mnemonic(), Mnemonic::Int3)
-            || i.flow_control() == FlowControl::UnconditionalBranch
+            || (i.flow_control() == FlowControl::UnconditionalBranch && !inside)
         {
             break;
         }
@@ -56,7 +59,11 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
     e.extend([
         "push rbp".to_string(),
         "mov rbp, rsp".to_string(),
-        format!("sub rsp, {:#x}", 120 + 8 * sessions.len()),
+        if t.direct.iter().any(Option::is_some) {
+            format!("sub rsp, {:#x}", 144)
+        } else {
+            format!("sub rsp, {:#x}", 120 + 8 * sessions.len())
+        },
     ]);
     let slot = |i: usize| format!("[rbp-{:#x}]", -(CTX as i32) - 8 * i as i32);
     // The seventh argument and on, where the function's caller left them.
@@ -91,7 +98,46 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
             e.push(format!("call {run}"));
         }
     };
-    progs(&mut e, t.slots, "RUN");
+    for (k, s) in t.slots.iter().enumerate() {
+        let Some(d) = t.direct.get(k).copied().flatten() else {
+            progs(&mut e, &[*s], "RUN");
+            continue;
+        };
+        // The JIT's invoke_bpf_prog(), with the link's flag and the counters: the run
+        // context at rbp-0x90, the start time at rbp-0x80.
+        e.extend([
+            format!("mov rax, {:#x}", d.cookie),
+            "mov [rbp-0x90], rax".to_string(),
+            format!("mov rdi, {:#x}", d.prog),
+            "lea rsi, [rbp-0x90]".to_string(),
+        ]);
+        account(&mut e);
+        e.extend([
+            "call ENTER".to_string(),
+            "mov [rbp-0x80], rax".to_string(),
+            format!("mov rax, {:#x}", d.detached),
+            "cmp byte ptr [rax], 0x0".to_string(),
+            "jne DONE".to_string(),
+            "cmp qword ptr [rbp-0x80], 0x0".to_string(),
+            "je MISS".to_string(),
+            format!("lea rdi, {}", slot(0)),
+            format!("mov rsi, {:#x}", d.insnsi),
+        ]);
+        account(&mut e);
+        e.extend([
+            "call FUNC".to_string(),
+            format!("mov rax, {:#x}", d.stats),
+            "lock inc qword ptr [rax]".to_string(),
+            "jmp DONE".to_string(),
+            format!("mov rax, {:#x}", d.stats),
+            "lock inc qword ptr [rax+0x8]".to_string(),
+            format!("mov rdi, {:#x}", d.prog),
+            "mov rsi, [rbp-0x80]".to_string(),
+            "lea rdx, [rbp-0x90]".to_string(),
+        ]);
+        account(&mut e);
+        e.push("call EXIT".to_string());
+    }
     if let Some(c) = t.counted {
         e.push(format!("mov rax, {c:#x}"));
         e.push("dec qword ptr gs:[rax]".to_string());
@@ -214,6 +260,7 @@ fn size(t: &Spec<'_>) -> usize {
         t.nr_args,
         t.saved,
         t.slots.len() as u32,
+        t.direct.iter().filter(|d| d.is_some()).count() as u32,
         exit,
         t.counted.is_some(),
         &t.mitigations,
@@ -269,40 +316,73 @@ fn check(at: u64, t: &Spec<'_>) {
             .expect("the count down");
         insns[dec - 1].ip()
     });
+    // Every call the code makes, in order, with its target: the entry runs (a direct
+    // run's enter, program and exit calls), then the body's, then the exit runs'.
+    let mut calls: Vec<(u64, &str)> = Vec::new();
+    for k in 0..t.slots.len() {
+        match t.direct.get(k).copied().flatten() {
+            Some(d) => calls.extend([(d.enter, "ENTER"), (d.func, "FUNC"), (d.exit, "EXIT")]),
+            None => calls.push((t.run, "RUN")),
+        }
+    }
+    if let Some(x) = &t.exit {
+        calls.extend(x.sessions.iter().map(|_| (t.run, "RUN")));
+        calls.push((x.body, "BODY"));
+        calls.extend(x.sessions.iter().map(|_| (t.run, "RUN_EXIT")));
+        calls.extend(x.slots.iter().map(|_| (t.run, "RUN_EXIT")));
+    }
     let mut runs = 0;
-    // Entry runs: fentry programs, then the sessions'.
-    let entries = t.slots.len() + t.exit.map_or(0, |x| x.sessions.len());
+    // A direct run's branches, checked once every instruction is named: the target of
+    // each, and what must come just before it there.
+    let mut inner: Vec<(u64, &str)> = Vec::new();
     for (i, s) in insns.iter().zip(text.iter_mut()) {
+        let target = i.near_branch_target();
+        match i.mnemonic() {
+            // Inside the code: a direct run's jump past its miss.
+            Mnemonic::Jmp if (at..at + n as u64).contains(&target) => {
+                inner.push((target, "lock inc qword ptr [rax+0x8]"));
+                *s = "jmp DONE".to_string();
+                continue;
+            }
+            Mnemonic::Je => {
+                inner.push((target, "jmp DONE"));
+                *s = "je MISS".to_string();
+                continue;
+            }
+            Mnemonic::Jne if out.is_none() => {
+                inner.push((target, "lock inc qword ptr [rax+0x8]"));
+                *s = "jne DONE".to_string();
+                continue;
+            }
+            _ => {}
+        }
         returns_and_accounting(i, s, m);
         match i.mnemonic() {
             Mnemonic::Call => {
-                let target = i.near_branch_target();
-                // The entry runs' calls come first, then the body's, then the exit
-                // runs'.
-                *s = if runs < entries {
-                    assert_eq!(target, t.run, "call target");
-                    "call RUN"
-                } else if runs == entries {
-                    assert_eq!(Some(target), t.exit.map(|x| x.body), "call target");
-                    "call BODY"
-                } else {
-                    assert_eq!(target, t.run, "call target");
-                    "call RUN_EXIT"
-                }
-                .to_string();
+                let &(want, name) = calls.get(runs).expect("a call more than the code makes");
+                assert_eq!(target, want, "call {name}'s target");
+                *s = format!("call {name}");
                 runs += 1;
             }
             Mnemonic::Jne => {
-                assert_eq!(Some(i.near_branch_target()), out, "jne target");
+                assert_eq!(Some(target), out, "jne target");
                 *s = "jne OUT".to_string();
             }
             _ => {}
         }
     }
+    for (target, before) in inner {
+        let k = insns
+            .iter()
+            .position(|i| i.ip() == target)
+            .expect("a direct run's branch to an instruction");
+        // `je MISS` goes to the miss, just past `jmp DONE`; `jmp DONE` and `jne DONE` to
+        // the exit call's arguments, just past the miss.
+        assert_eq!(text[k - 1], before, "the instruction before {target:#x}");
+    }
     assert_eq!(text, expected(t));
-    // Every call the code makes was seen: entry runs, the body, exit runs.
-    let exits = t.exit.map_or(0, |x| 1 + x.sessions.len() + x.slots.len());
-    assert_eq!(runs, entries + exits, "calls");
+    // Every call the code makes was seen.
+    assert_eq!(runs, calls.len(), "calls");
     // The code fills the buffer exactly.
     assert_eq!(insns.last().unwrap().next_ip() - at, n as u64);
 }
@@ -433,6 +513,7 @@ fn tramp(nr_args: u32, saved: u32, addr: u64, slots: &[u64], run: u64) -> Spec<'
         run,
         exit: None,
         counted: None,
+        direct: &[],
         mitigations: Mitigations::default(),
     }
 }
@@ -463,6 +544,30 @@ fn with_sessions<'a>(t: Spec<'a>, sessions: &'a [u64], slots: &'a [u64], body: u
         }),
         ..t
     }
+}
+
+/// A sleepable program run by the code itself, as rkf_multi builds it in: its link's
+/// flag, cookie, program, instructions, code and counters, and the kernel's enter and
+/// exit.
+const fn direct_run(k: u64) -> Direct {
+    Direct {
+        detached: 0xffff_8880_0aaa_0010 + 0x100 * k,
+        cookie: 0x1234_5678_9abc_def0 + k,
+        prog: 0xffff_c900_0bbb_0000 + 0x1000 * k,
+        insnsi: 0xffff_c900_0bbb_0060 + 0x1000 * k,
+        func: 0xffff_ffff_c200_3000 + 0x800 * k,
+        stats: 0xffff_8880_0ccc_0000 + 0x10 * k,
+        enter: 0xffff_ffff_8140_1000,
+        exit: 0xffff_ffff_8140_1200,
+    }
+}
+
+/// For three fentry programs: the first and the last run by the code itself.
+const DIRECT: [Option<Direct>; 3] = [Some(direct_run(0)), None, Some(direct_run(2))];
+
+/// `t` with its fentry programs run by the code itself as `direct` says.
+fn direct<'a>(t: Spec<'a>, direct: &'a [Option<Direct>]) -> Spec<'a> {
+    Spec { direct, ..t }
 }
 
 fn on(m: Mitigations, t: Spec<'_>) -> Spec<'_> {
@@ -503,6 +608,12 @@ fn every_arg_count() {
                 // program.
                 let t = tramp(nr, saved, addr, &slots[..2], run);
                 check(at, &on(m, counted(t)));
+                // The sleepable ones run by the code itself, alone, and between
+                // non-sleepable ones run through `run`.
+                let t = tramp(nr, saved, addr, &slots[..1], run);
+                check(at, &on(m, direct(counted(t), &DIRECT[..1])));
+                let t = tramp(nr, saved, addr, &slots, run);
+                check(at, &on(m, direct(counted(t), &DIRECT)));
                 let t = tramp(nr, saved, addr, &slots[..2], run);
                 check(at, &on(m, with_exit(t, &exits, body)));
                 // Session programs: alone, the most a function has, with fentry and
@@ -537,7 +648,7 @@ fn every_arg_count() {
 #[test]
 fn refusals() {
     let slots = [0xffff_8880_0123_4000];
-    let mut buf = vec![0u8; len(1, 1, 1, None, false, &Mitigations::default())];
+    let mut buf = vec![0u8; len(1, 1, 1, 0, None, false, &Mitigations::default())];
     let bad = |buf: &mut [u8], t: &Spec<'_>| {
         let before = buf.to_vec();
         let e = emit(buf, 0xffff_ff00_0000_0000, t);
@@ -580,7 +691,7 @@ fn refusals() {
         call_depth: None,
         return_thunk: Some(thunk),
     };
-    let mut tb = vec![0u8; len(1, 1, 1, None, false, &thunked(0))];
+    let mut tb = vec![0u8; len(1, 1, 1, 0, None, false, &thunked(0))];
     assert_eq!(
         bad(
             &mut tb,
@@ -604,7 +715,7 @@ fn refusals() {
         }),
         return_thunk: None,
     };
-    let mut fb = vec![0u8; len(1, 1, 1, None, false, &failing)];
+    let mut fb = vec![0u8; len(1, 1, 1, 0, None, false, &failing)];
     assert_eq!(
         emit(&mut fb, at, &on(failing, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::Accounting)
@@ -612,21 +723,43 @@ fn refusals() {
     // fexit: no program at all is refused, and so is an exit without exit runs, with or
     // without fentry programs (sleepable fentry programs alone are counted, with no
     // exit); the body and the exit run must be in reach.
-    let mut xb = vec![0u8; len(1, 1, 0, Some((0, 1)), false, &Mitigations::default())];
-    let mut eb = vec![0u8; len(1, 1, 0, Some((0, 0)), false, &Mitigations::default())];
+    let mut xb = vec![0u8; len(1, 1, 0, 0, Some((0, 1)), false, &Mitigations::default())];
+    let mut eb = vec![0u8; len(1, 1, 0, 0, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at)),
         Err(EmitError::BadShape)
     );
-    let mut eb1 = vec![0u8; len(1, 1, 1, Some((0, 0)), false, &Mitigations::default())];
+    let mut eb1 = vec![0u8; len(1, 1, 1, 0, Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(&mut eb1, &with_exit(tramp(1, 1, 0, &slots, at), &[], at)),
         Err(EmitError::BadShape)
     );
     // Counted programs: not with an exit (which counts the call itself), not without a
     // fentry program; the count makes the code longer than the same program's without.
-    let mut cb = vec![0u8; len(1, 1, 1, None, true, &Mitigations::default())];
+    let mut cb = vec![0u8; len(1, 1, 1, 0, None, true, &Mitigations::default())];
     check(at, &counted(tramp(1, 1, 0, &slots, at)));
+    // Programs run by the code itself: only counted, and one entry for each program.
+    let mut db = vec![0u8; len(1, 1, 1, 1, None, true, &Mitigations::default())];
+    assert_eq!(
+        bad(&mut db, &direct(tramp(1, 1, 0, &slots, at), &DIRECT[..1])),
+        Err(EmitError::BadShape)
+    );
+    assert_eq!(
+        bad(
+            &mut db,
+            &direct(counted(tramp(1, 1, 0, &slots, at)), &DIRECT[..2])
+        ),
+        Err(EmitError::BadShape)
+    );
+    // The buffer of a function whose program runs through `run` is too short for it
+    // run by the code.
+    assert_eq!(
+        bad(
+            &mut cb,
+            &direct(counted(tramp(1, 1, 0, &slots, at)), &DIRECT[..1])
+        ),
+        Err(EmitError::BadBuffer)
+    );
     assert_eq!(
         bad(&mut buf, &counted(tramp(1, 1, 0, &slots, at))),
         Err(EmitError::BadBuffer)
@@ -668,6 +801,7 @@ fn refusals() {
         len(
             1,
             1,
+            0,
             0,
             Some((MAX_SESSIONS + 1, 0)),
             false,

@@ -35,6 +35,17 @@ use super::{attach, check_tramps, reset, setup, trigger, Tramp};
 use crate::{check, check_eq, diag};
 use rkf::{kallsyms::Kallsyms, multi, skeleton};
 
+/// What the kernel's `__bpf_prog_enter_sleepable_recur()` and
+/// `__bpf_prog_exit_sleepable_recur()` (notrace, imports of rkf_multi.ko that generated
+/// trampolines call around a sleepable program) call out of line on some config: not
+/// imports of rkf_multi.ko, so hooked by name (each where it is traceable).
+const KERNEL_RUN_CALLS: [&str; 4] = [
+    "__might_fault",
+    "__might_sleep",
+    "__might_resched",
+    "bpf_prog_inc_misses_counter",
+];
+
 /// Calls of each traced function per phase: a function counts as on the path when it is
 /// called under every one of them (an interrupt's or a preemption's functions, recorded
 /// now and then, are not).
@@ -183,6 +194,7 @@ fn hooked(roots: &[&str]) -> Result<Hooked> {
                 || roots.contains(&l.as_str())
                 || l == CONTROL
                 || l.ends_with(" [rkf_multi]")
+                || KERNEL_RUN_CALLS.contains(&l.as_str())
         })
         .map(|(i, l)| (i + 1, l))
         .collect();
@@ -239,8 +251,8 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
     ];
     let hooked = hooked(&roots)?;
     diag!(
-        "the graph tracer hooks the 3 roots, {CONTROL} and {} functions rkf_multi.ko calls \
-         or has",
+        "the graph tracer hooks the 3 roots, {CONTROL} and {} functions rkf_multi.ko (or the \
+         kernel's sleepable program entry) calls or has",
         hooked.len() - roots.len() - 1
     );
     let phase = |skel: &mut super::MultiSkel<'_>| {

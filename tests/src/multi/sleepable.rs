@@ -267,13 +267,18 @@ fn session_through(tramp: Tramp) -> Result<()> {
 /// that order, so run in that order) on write(2) and getpgid(2): exact hits for this
 /// thread's calls, cookies, return values, and the buffer copied by each; then writes
 /// from a page that is not present, which only the sleepable programs can read (faulting
-/// it in), and the links' counters.  Through generated trampolines, then through the
-/// shared one.
+/// it in), and the links' counters.  First without the fexit program (a generated
+/// trampoline then runs the fentry.s program itself, as a BPF trampoline does, and the
+/// fentry program through rkf_multi's run), then with it.  Through generated
+/// trampolines, then through the shared one.
 pub(super) fn sleepable_fentry_fexit() -> Result<()> {
-    Tramp::run_both(fentry_fexit_through)
+    Tramp::run_both(|tramp| {
+        fentry_fexit_through(tramp, false).context("fentry and fentry.s")?;
+        fentry_fexit_through(tramp, true).context("fentry, fentry.s and fexit.s")
+    })
 }
 
-fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
+fn fentry_fexit_through(tramp: Tramp, with_fexit: bool) -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
@@ -281,8 +286,19 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
     let (fentry_cookies, fexit_cookies) = (cookie(0x51ee_0000), cookie(0x51ee_1000));
     let plain = attach(&skel.progs.plain_fentry, &funcs, None)?;
     let fentry = attach(&skel.progs.sleepable_fentry, &funcs, Some(&fentry_cookies))?;
-    let fexit = attach(&skel.progs.sleepable_fexit, &funcs, Some(&fexit_cookies))?;
-    check_tramps(&funcs, tramp, "fentry, fentry.s and fexit.s")?;
+    let fexit = if with_fexit {
+        Some(attach(
+            &skel.progs.sleepable_fexit,
+            &funcs,
+            Some(&fexit_cookies),
+        )?)
+    } else {
+        None
+    };
+    check_tramps(&funcs, tramp, "fentry, fentry.s (and fexit.s)")?;
+    // The programs that run: the fexit one only if attached, whose records stay unset
+    // otherwise.
+    let fexit_hits = |n: u64| if with_fexit { n } else { 0 };
     let null = File::options().write(true).open("/dev/null")?;
 
     // This thread writes nothing else (no diagnostics) until the records are read.
@@ -299,15 +315,31 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
     check!(pgid > 0, "getpgid(0): {pgid}");
     let bss = records(&skel)?;
     let (w, g) = (0, 1);
-    for (what, r, cookies) in [
+    for (what, r, cookies, runs) in [
         (
             "fentry.s",
             &bss.sleepable_fentry_recs,
             Some(&fentry_cookies),
+            true,
         ),
-        ("fexit.s", &bss.sleepable_fexit_recs, Some(&fexit_cookies)),
-        ("fentry", &bss.plain_fentry_recs, None),
+        (
+            "fexit.s",
+            &bss.sleepable_fexit_recs,
+            Some(&fexit_cookies),
+            with_fexit,
+        ),
+        ("fentry", &bss.plain_fentry_recs, None, true),
     ] {
+        if !runs {
+            check_eq!(
+                (r[w].hits, r[g].hits, r[w].value, r[w].cookie),
+                (0, 0, UNSET, 0),
+                "{what}, not attached: hits on {} and {}, the buffer read, cookie",
+                TARGETS[w],
+                TARGETS[g]
+            );
+            continue;
+        }
         check_eq!(r[w].hits, WRITES, "{what} {}: hits", TARGETS[w]);
         check_eq!(r[g].hits, GETPGIDS, "{what} {}: hits", TARGETS[g]);
         check_eq!(r[w].value, MAGIC, "{what} {}: the buffer read", TARGETS[w]);
@@ -318,14 +350,16 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
             check_eq!(r[i].cookie, want, "{what} {name}: cookie");
         }
     }
-    let r = &bss.sleepable_fexit_recs;
-    check_eq!(r[w].ret, 8, "fexit.s {}: return value", TARGETS[w]);
-    check_eq!(
-        r[g].ret,
-        pgid as u64,
-        "fexit.s {}: return value",
-        TARGETS[g]
-    );
+    if with_fexit {
+        let r = &bss.sleepable_fexit_recs;
+        check_eq!(r[w].ret, 8, "fexit.s {}: return value", TARGETS[w]);
+        check_eq!(
+            r[g].ret,
+            pgid as u64,
+            "fexit.s {}: return value",
+            TARGETS[g]
+        );
+    }
 
     // From a page that is not present: bpf_copy_from_user() faults it in, and reads the
     // zeros; bpf_probe_read_user(), which runs first, cannot.
@@ -341,17 +375,26 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
         ("fexit.s", &bss.sleepable_fexit_recs, 0),
         ("fentry", &bss.plain_fentry_recs, EFAULT),
     ] {
-        check_eq!(r[w].hits, FAULTING_WRITES, "{what}, page not present: hits");
+        let n = if what == "fexit.s" {
+            fexit_hits(FAULTING_WRITES)
+        } else {
+            FAULTING_WRITES
+        };
+        check_eq!(r[w].hits, n, "{what}, page not present: hits");
+        if n == 0 {
+            continue;
+        }
         check_eq!(r[w].err, err, "{what}, page not present: the read's error");
         check_eq!(r[w].value, 0, "{what}, page not present: the buffer read");
     }
 
     // The links' own counters: every task's calls, this thread's among them.
     for (what, link) in [
-        ("fentry", &plain),
-        ("fentry.s", &fentry),
-        ("fexit.s", &fexit),
+        ("fentry", Some(&plain)),
+        ("fentry.s", Some(&fentry)),
+        ("fexit.s", fexit.as_ref()),
     ] {
+        let Some(link) = link else { continue };
         let info = link.info()?;
         check_eq!(
             info.funcs.len(),
@@ -379,7 +422,8 @@ fn fentry_fexit_through(tramp: Tramp) -> Result<()> {
         }
     }
     diag!(
-        "write(2) and getpgid(2): exact runs of fentry, fentry.s and fexit.s; bpf_copy_from_user() faulted {FAULTING_WRITES} pages in"
+        "write(2) and getpgid(2): exact runs of fentry, fentry.s{}; bpf_copy_from_user() faulted {FAULTING_WRITES} pages in",
+        if with_fexit { " and fexit.s" } else { "" }
     );
     Ok(())
 }
