@@ -281,7 +281,11 @@ struct rkf_multi_stats {
  * @prog:     its program (the link holds the reference until it is freed): read only
  *            by a run that saw @detached clear under RCU or RCU tasks trace, or that
  *            took the slot from a published table under them, as the link is freed
- *            only after their grace periods
+ *            only after their grace periods; a generated trampoline that runs a
+ *            sleepable program itself has it built in, and passes it to the kernel's
+ *            entry once it saw @detached clear, before any read side (such a link is
+ *            freed after an RCU tasks grace period too, which the task holds back until
+ *            it sleeps inside the program's RCU tasks trace read side)
  * @id:       its id, which no other published link has (an id is taken for good once its
  *            attach succeeds): what a session's exit run finds the cookie of its entry
  *            run by

@@ -94,6 +94,10 @@ static_assert(offsetof(struct bpf_tramp_run_ctx, bpf_cookie) == RKF_MULTI_RUN_CT
 static_assert(sizeof(struct bpf_tramp_run_ctx) == RKF_MULTI_RUN_CTX_SIZE);
 static_assert(RKF_MULTI_FRAME_START - RKF_MULTI_FRAME_RUN_CTX == RKF_MULTI_RUN_CTX_SIZE);
 static_assert(RKF_MULTI_FRAME_START == -RKF_MULTI_FRAME_SIZE - 8);
+/* What it reads and counts through the addresses built in. */
+static_assert(sizeof_field(struct rkf_multi_link_state, detached) == 1);
+static_assert(offsetof(struct rkf_multi_stats, hits) == 0);
+static_assert(offsetof(struct rkf_multi_stats, misses) == 8);
 
 /**
  * rkf_multi_prog_code() - how a generated trampoline runs a link's program itself

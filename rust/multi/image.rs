@@ -5,9 +5,9 @@
 
 use core::ptr;
 
-use kernel::{bindings, ffi::c_void, prelude::*, sync::Arc};
+use kernel::{ffi::c_void, prelude::*, sync::Arc};
 
-use super::{area::AreaVec, link::LinkState, refs::ProgRef};
+use super::{area::AreaVec, link::LinkState};
 use crate::{
     multi_table, rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
@@ -57,11 +57,6 @@ struct ImageData {
     /// its function moved to the shared trampoline (a generation that failed), whose link
     /// may then be freed after an RCU grace period only (no trampoline of its retired).
     _links: AreaVec<Arc<LinkState>>,
-    /// The programs its code calls itself (sleepable programs, `tramp_core::Direct`),
-    /// kept as long as the image: a call that entered the code before their links went
-    /// may still pass them to `__bpf_prog_enter_sleepable_recur()`, which reads them
-    /// before the code reads the link's flag.
-    _progs: AreaVec<ProgRef>,
 }
 
 // SAFETY: an image is freed once, from any task, when the last table using it goes (or
@@ -383,18 +378,12 @@ pub(crate) fn generate(
     let mut layout =
         AreaVec::<(usize, u32, usize, Option<usize>)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut nr_slots, mut counts_calls) = (0usize, false);
-    let mut progs = AreaVec::<ProgRef>::new();
     for f in funcs {
         let saved = f.ctx_args;
         counts_calls |= f.counts_calls();
         size = tramp_core::align(size);
         let shape = f.shape().and_then(|k| shapes.binary_search(&k).ok());
         let direct = f.direct()?;
-        for d in direct.iter().flatten() {
-            // SAFETY: the program of a live link, whose slot `f` has: the link holds it.
-            let prog = unsafe { ProgRef::inc(d.prog as *mut bindings::bpf_prog) };
-            progs.push(prog, GFP_KERNEL)?;
-        }
         let len = match shape {
             Some(_) => tramp_core::STUB,
             None => tramp_core::len(
@@ -426,7 +415,6 @@ pub(crate) fn generate(
         ImageData {
             slots,
             _links: states,
-            _progs: progs,
         },
         GFP_KERNEL,
     )?;

@@ -36,8 +36,10 @@ use crate::{
 /// reads it, and only while the link is there: the run path after seeing `detached`
 /// clear, under RCU or RCU tasks trace, or from a slot of a published table, read under
 /// RCU (or RCU tasks trace), whose links are freed only after those grace periods; and
-/// `rkf_multi_prog_code()`, for an image generated while the link is attached, which
-/// takes a reference of its own on a program it builds in (`image::ImageData`).
+/// `rkf_multi_prog_code()`, for an image generated while the link is attached, whose
+/// code passes the program to the kernel's sleepable program entry only after seeing
+/// `detached` clear, the link being freed only after an RCU tasks and an RCU tasks trace
+/// grace period then ([`Link::needs_trace_gp()`]).
 #[repr(C)]
 pub(crate) struct LinkState {
     /// The program.

@@ -55,19 +55,6 @@ impl ProgRef {
         })
     }
 
-    /// Another reference on the program `ptr`.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is a program that something holds a reference on until this returns.
-    pub(crate) unsafe fn inc(ptr: *mut bindings::bpf_prog) -> Self {
-        // SAFETY: `ptr` is a program held meanwhile (the caller's guarantee): it may take
-        // another reference.
-        unsafe { bindings::bpf_prog_inc(ptr) };
-        // INVARIANT: the reference just taken.
-        Self { ptr }
-    }
-
     /// The program, valid while `self` is.
     pub(crate) fn as_ptr(&self) -> *mut bindings::bpf_prog {
         self.ptr

@@ -74,12 +74,15 @@ pub(crate) struct Services<'a> {
 impl Services<'_> {
     /// Frees `garbage` after its grace periods (`tasks`: generated trampolines retired;
     /// an RCU tasks trace one if its table ran sleepable programs, or its link ever shared
-    /// a function with one).
+    /// a function with one, and for such a link an RCU tasks one before it: a generated
+    /// trampoline reads the link's flag, then passes its program to the kernel's
+    /// sleepable program entry (`tramp_core::Direct`), and a task that saw the flag clear
+    /// switches voluntarily only inside the program's RCU tasks trace read side).
     fn free_later(&self, garbage: Garbage, tasks: bool) {
-        let trace = garbage._table.as_ref().is_some_and(Table::sleepable)
-            || garbage._link.as_ref().is_some_and(Link::needs_trace_gp);
+        let link_trace = garbage._link.as_ref().is_some_and(Link::needs_trace_gp);
+        let trace = garbage._table.as_ref().is_some_and(Table::sleepable) || link_trace;
         if garbage._table.is_some() || garbage._link.is_some() {
-            self.deferred.defer(garbage, tasks, trace);
+            self.deferred.defer(garbage, tasks || link_trace, trace);
         }
     }
 }

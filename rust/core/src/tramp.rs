@@ -255,18 +255,18 @@ pub struct Exit<'a> {
 /// [`Spec::run`] with its slot:
 ///
 /// ```text
+/// movabs rax, &detached; cmp byte [rax], 0; jne skip      its link is detached
 /// movabs rax, cookie; mov [rbp-144], rax                  the run context's cookie
 /// movabs rdi, prog; lea rsi, [rbp-144]
 /// [account]; call enter                                   start = enter(prog, &run_ctx)
-/// mov [rbp-128], rax
-/// movabs rax, &detached; cmp byte [rax], 0; jne done      its link is detached
-/// cmp qword [rbp-128], 0; je miss                         the recursion guard skips it
+/// mov [rbp-128], rax; test rax, rax; je miss              the recursion guard skips it
 /// lea rdi, [rbp-104]; movabs rsi, insnsi
 /// [account]; call func                                    func(ctx, insnsi)
 /// movabs rax, stats; lock inc qword [rax]; jmp done       a hit
 /// miss: movabs rax, stats; lock inc qword [rax+8]         a miss
 /// done: movabs rdi, prog; mov rsi, [rbp-128]; lea rdx, [rbp-144]
 /// [account]; call exit                                    exit(prog, start, &run_ctx)
+/// skip:
 /// ```
 ///
 /// `enter` and `exit` are the kernel's `__bpf_prog_enter_sleepable_recur()` and
@@ -274,9 +274,11 @@ pub struct Exit<'a> {
 /// the recursion guard and the program's statistics, with `migrate_disable()` and
 /// `migrate_enable()` inline, as a BPF trampoline takes them; `func` is the program's
 /// `bpf_func`, called directly.  Every call is direct, to a target named here.  The
-/// link's flag and counters are read under RCU tasks trace, after `enter` (a detached
-/// link is freed after its grace period); the program is the image's to keep, so that
-/// `enter` may be called with it however long after the link went.
+/// link's flag is read first, as the shared trampoline's run reads it: the image keeps
+/// the link's state; a link that shared a function with a sleepable program is freed
+/// only after an RCU tasks grace period and then an RCU tasks trace one, and a task that
+/// saw its flag clear holds back the first until it sleeps, which it does only in the
+/// program, inside `enter`'s RCU tasks trace read side, which holds back the second.
 #[derive(Clone, Copy, Debug)]
 pub struct Direct {
     /// Its link's detached flag (a byte): once set, the program is not run.
@@ -411,12 +413,12 @@ pub fn len(
     head + entry + tail
 }
 
-/// Bytes of a [`Direct`] run: the cookie 10+7, the enter call's arguments 10+7, three
-/// calls with their accounting, the start kept 4, the flag's check 10+3+6, the start
-/// tested 5+6, the program's arguments 4+10, the hit 10+4 and the jump past the miss 5,
-/// the miss 10+5, the exit call's arguments 10+4+7.
+/// Bytes of a [`Direct`] run: the flag's check 10+3+6, the cookie 10+7, the enter call's
+/// arguments 10+7, three calls with their accounting, the start kept 4 and tested 3+6,
+/// the program's arguments 4+10, the hit 10+4 and the jump past the miss 5, the miss
+/// 10+5, the exit call's arguments 10+4+7.
 fn direct_len(m: &Mitigations) -> usize {
-    17 + 17 + 3 * (m.account_len() + 5) + 4 + 19 + 11 + 14 + 14 + 5 + 15 + 21
+    19 + 17 + 17 + 3 * (m.account_len() + 5) + 4 + 9 + 14 + 14 + 5 + 15 + 21
 }
 
 /// Bytes of the exit runs: each session's ctx[-1] 10+4 and its call, ctx[-1] back to the
@@ -628,9 +630,15 @@ impl Out<'_> {
     fn direct(&mut self, at: u64, m: &Mitigations, d: &Direct) -> Result<(), EmitError> {
         let start = self.pos;
         let a = m.account_len();
-        // The miss, and the exit call after it.
-        let miss = at.wrapping_add((start + 111 + 2 * a) as u64);
-        let done = at.wrapping_add((start + 126 + 2 * a) as u64);
+        // Past the run, the miss, and the exit call after it.
+        let skip = at.wrapping_add((start + direct_len(m)) as u64);
+        let miss = at.wrapping_add((start + 109 + 2 * a) as u64);
+        let done = at.wrapping_add((start + 124 + 2 * a) as u64);
+        // movabs rax, &detached; cmp byte [rax], 0; jne skip
+        self.bytes(&MOVABS_RAX);
+        self.u64(d.detached);
+        self.bytes(&[0x80, 0x38, 0x00]);
+        self.branch(at, &[0x0f, 0x85], skip)?;
         // movabs rax, cookie; mov [rbp+RUN_CTX+RUN_CTX_COOKIE], rax
         self.bytes(&MOVABS_RAX);
         self.u64(d.cookie);
@@ -641,14 +649,9 @@ impl Out<'_> {
         self.rbp_op32(0x8d, 6, RUN_CTX);
         self.account(at, m)?;
         self.branch(at, &[0xe8], d.enter)?;
-        // mov [rbp+START], rax; movabs rax, &detached; cmp byte [rax], 0; jne done
+        // mov [rbp+START], rax; test rax, rax; je miss
         self.rbp_mov((0, false), START, true);
-        self.bytes(&MOVABS_RAX);
-        self.u64(d.detached);
-        self.bytes(&[0x80, 0x38, 0x00]);
-        self.branch(at, &[0x0f, 0x85], done)?;
-        // cmp qword [rbp+START], 0; je miss
-        self.bytes(&[0x48, 0x83, 0x7d, START as u8, 0x00]);
+        self.bytes(&[0x48, 0x85, 0xc0]);
         self.branch(at, &[0x0f, 0x84], miss)?;
         // lea rdi, [rbp+CTX]; movabs rsi, insnsi; call func
         self.bytes(&[0x48, 0x8d, 0x7d, CTX as u8]);
@@ -674,7 +677,7 @@ impl Out<'_> {
         self.rbp_op32(0x8d, 2, RUN_CTX);
         self.account(at, m)?;
         self.branch(at, &[0xe8], d.exit)?;
-        debug_assert_eq!(self.pos - start, direct_len(m));
+        debug_assert_eq!(at.wrapping_add(self.pos as u64), skip);
         Ok(())
     }
 

@@ -106,6 +106,9 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         // The JIT's invoke_bpf_prog(), with the link's flag and the counters: the run
         // context at rbp-0x90, the start time at rbp-0x80.
         e.extend([
+            format!("mov rax, {:#x}", d.detached),
+            "cmp byte ptr [rax], 0x0".to_string(),
+            "jne SKIP".to_string(),
             format!("mov rax, {:#x}", d.cookie),
             "mov [rbp-0x90], rax".to_string(),
             format!("mov rdi, {:#x}", d.prog),
@@ -115,10 +118,7 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
         e.extend([
             "call ENTER".to_string(),
             "mov [rbp-0x80], rax".to_string(),
-            format!("mov rax, {:#x}", d.detached),
-            "cmp byte ptr [rax], 0x0".to_string(),
-            "jne DONE".to_string(),
-            "cmp qword ptr [rbp-0x80], 0x0".to_string(),
+            "test rax, rax".to_string(),
             "je MISS".to_string(),
             format!("lea rdi, {}", slot(0)),
             format!("mov rsi, {:#x}", d.insnsi),
@@ -332,26 +332,27 @@ fn check(at: u64, t: &Spec<'_>) {
         calls.extend(x.slots.iter().map(|_| (t.run, "RUN_EXIT")));
     }
     let mut runs = 0;
-    // A direct run's branches, checked once every instruction is named: the target of
-    // each, and what must come just before it there.
-    let mut inner: Vec<(u64, &str)> = Vec::new();
-    for (i, s) in insns.iter().zip(text.iter_mut()) {
+    // A direct run's branches, by index, checked once the run is decoded: `jne SKIP`
+    // goes just past the run's exit call, `je MISS` just past its `jmp DONE`, and
+    // `jmp DONE` past the two instructions of the miss.
+    let mut inner: Vec<(usize, u64)> = Vec::new();
+    for (k, (i, s)) in insns.iter().zip(text.iter_mut()).enumerate() {
         let target = i.near_branch_target();
         match i.mnemonic() {
             // Inside the code: a direct run's jump past its miss.
             Mnemonic::Jmp if (at..at + n as u64).contains(&target) => {
-                inner.push((target, "lock inc qword ptr [rax+0x8]"));
+                inner.push((k, target));
                 *s = "jmp DONE".to_string();
                 continue;
             }
             Mnemonic::Je => {
-                inner.push((target, "jmp DONE"));
+                inner.push((k, target));
                 *s = "je MISS".to_string();
                 continue;
             }
             Mnemonic::Jne if out.is_none() => {
-                inner.push((target, "lock inc qword ptr [rax+0x8]"));
-                *s = "jne DONE".to_string();
+                inner.push((k, target));
+                *s = "jne SKIP".to_string();
                 continue;
             }
             _ => {}
@@ -371,16 +372,28 @@ fn check(at: u64, t: &Spec<'_>) {
             _ => {}
         }
     }
-    for (target, before) in inner {
-        let k = insns
-            .iter()
-            .position(|i| i.ip() == target)
-            .expect("a direct run's branch to an instruction");
-        // `je MISS` goes to the miss, just past `jmp DONE`; `jmp DONE` and `jne DONE` to
-        // the exit call's arguments, just past the miss.
-        assert_eq!(text[k - 1], before, "the instruction before {target:#x}");
-    }
     assert_eq!(text, expected(t));
+    // The text is the expected one, so the next `jmp DONE` or `call EXIT` after a branch
+    // is its own run's.
+    let next = |k: usize, what: &str| {
+        (k..text.len())
+            .find(|&j| text[j] == what)
+            .expect("the run's own instruction")
+    };
+    for (k, target) in inner {
+        let want = match text[k].as_str() {
+            "jmp DONE" => k + 3,
+            "je MISS" => next(k, "jmp DONE") + 1,
+            _ => next(k, "call EXIT") + 1,
+        };
+        assert_eq!(
+            target,
+            insns[want].ip(),
+            "{} at {:#x}",
+            text[k],
+            insns[k].ip()
+        );
+    }
     // Every call the code makes was seen.
     assert_eq!(runs, calls.len(), "calls");
     // The code fills the buffer exactly.

@@ -119,10 +119,10 @@ impl Reason {
 /// A generated trampoline runs a sleepable program between the kernel's
 /// `__bpf_prog_enter_sleepable_recur()` and `__bpf_prog_exit_sleepable_recur()`
 /// (kernel/bpf/trampoline.c, notrace), as a BPF trampoline does: what they call out of
-/// line is denied too, `__might_fault()` (their `might_fault()` under
+/// line is denied too: `__might_fault()` (their `might_fault()` under
 /// CONFIG_DEBUG_ATOMIC_SLEEP or CONFIG_PROVE_LOCKING) with the `__might_sleep()` and
-/// `__might_resched()` it calls, and `bpf_prog_inc_misses_counter()` (a run the
-/// recursion guard skips).
+/// `__might_resched()` it calls (`bpf_prog_inc_misses_counter()`, on a run the recursion
+/// guard skips, is notrace).
 ///
 /// `rkf_multi_anchor()` too: rkf_multi's own site, which keeps its ftrace_ops registered
 /// (rust/multi/ftrace.rs) and nothing calls; a glob over rkf_multi's functions leaves it
@@ -144,7 +144,6 @@ pub const DENY: &[&str] = &[
     "__might_fault",
     "__might_sleep",
     "__might_resched",
-    "bpf_prog_inc_misses_counter",
     "bpf_dispatcher_xdp_func",
     "__kasan_check_read",
     "__kasan_check_write",
