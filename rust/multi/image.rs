@@ -338,10 +338,10 @@ fn shared(shape: &Shape, m: &Mitigations) -> tramp_core::Shared {
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' states `links` (program, id and
 /// detached flag: what the slots name, kept as long as the image): returns the image and
-/// where it put each function.  A function with an exit (fexit or session programs) gets
-/// code of its own; the others share code by shape, one copy per shape at the start of
-/// the image, and each has a stub of `tramp_core::STUB` bytes that jumps to it: 16 bytes
-/// a function instead of 64 to 112 for the same code of its own.
+/// where it put each function.  A function with an exit (fexit or session programs) or a
+/// sleepable program gets code of its own; the others share code by shape, one copy per
+/// shape at the start of the image, and each has a stub of `tramp_core::STUB` bytes that
+/// jumps to it: 16 bytes a function instead of 64 to 112 for the same code of its own.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
