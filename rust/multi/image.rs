@@ -373,10 +373,10 @@ pub(crate) fn generate(
         shape_at.push((size, len), GFP_KERNEL)?;
         size += len;
     }
-    // Per function: its offset in the code, the slots of ctx to fill and its length,
-    // and the shape it shares code with, if any.
+    // Per function: its offset in the code, the slots of ctx to fill and its length, the
+    // shape it shares code with, if any, and how it runs its fentry programs.
     let mut layout =
-        AreaVec::<(usize, u32, usize, Option<usize>)>::with_capacity(funcs.len(), GFP_KERNEL)?;
+        AreaVec::<(usize, u32, usize, Option<usize>, _)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut nr_slots, mut counts_calls) = (0usize, false);
     for f in funcs {
         let saved = f.ctx_args;
@@ -396,7 +396,7 @@ pub(crate) fn generate(
                 m,
             ),
         };
-        layout.push((size, saved, len, shape), GFP_KERNEL)?;
+        layout.push((size, saved, len, shape, direct), GFP_KERNEL)?;
         size += len;
         nr_slots += f.progs.len();
     }
@@ -456,7 +456,8 @@ pub(crate) fn generate(
     let mut first_slot = 0usize;
     let mut slot_addrs = AreaVec::<u64>::new();
     let mut placed = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    for (f, &(at, saved, len, shape)) in funcs.iter().zip(layout.iter()) {
+    for (f, (at, saved, len, shape, direct)) in funcs.iter().zip(layout.iter()) {
+        let (at, saved, len, shape) = (*at, *saved, *len, *shape);
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took
         // over 10 s under TCG: not in one stretch without an RCU tasks quiescent state
@@ -486,7 +487,6 @@ pub(crate) fn generate(
         let (entry, rest) = slot_addrs.split_at(f.nr_fentry);
         let (sessions, exits) = rest.split_at(f.nr_session);
         let run = f.runner();
-        let direct = f.direct()?;
         let spec = tramp_core::Spec {
             nr_args: f.nr_args,
             saved,
@@ -501,7 +501,7 @@ pub(crate) fn generate(
                 dead,
             }),
             counted: f.counted().then_some(inflight),
-            direct: &direct,
+            direct,
             mitigations: *m,
         };
         tramp_core::emit(out, ip, &spec).map_err(|_| ERANGE)?;

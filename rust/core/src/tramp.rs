@@ -169,6 +169,16 @@ pub fn frame(sessions: u32) -> u32 {
     u32::from(FRAME) + 8 * sessions
 }
 
+/// Bytes below rbp for a trampoline with `sessions` session programs, or with `direct`
+/// runs ([`Direct`]; never beside sessions, which a function without an exit has none of).
+fn frame_size(sessions: u32, direct: bool) -> u32 {
+    if direct {
+        DIRECT_FRAME
+    } else {
+        frame(sessions)
+    }
+}
+
 /// The ftrace call at a function's site (`MCOUNT_INSN_SIZE`): the return address into a
 /// traced function is its site plus this.
 pub const MCOUNT_INSN_SIZE: u64 = 5;
@@ -379,13 +389,12 @@ pub fn len(
     let regs = |n: u32| n.min(REG_ARGS) as usize;
     let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
     let sessions = exit.map_or(0, |(s, _)| s as usize);
-    let size = if direct > 0 {
-        DIRECT_FRAME
-    } else {
-        frame(sessions as u32)
-    };
     // sub rsp, imm8 (sign-extended) or imm32.
-    let sub = if i8::try_from(size).is_ok() { 4 } else { 7 };
+    let sub = if i8::try_from(frame_size(sessions as u32, direct > 0)).is_ok() {
+        4
+    } else {
+        7
+    };
     let head = a + 4 + sub + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
     let direct = direct.min(nr_entry) as usize;
     let mut entry =
@@ -743,12 +752,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let stack_arg = |i: usize| STACK_ARGS + 8 * (i - regs) as i8;
     let mut o = Out { buf, pos: 0 };
     let sessions = t.exit.map_or(&[][..], |e| e.sessions);
-    let size = if direct > 0 {
-        DIRECT_FRAME
-    } else {
-        frame(sessions.len() as u32)
-    };
-    o.prologue(at, m, size)?;
+    o.prologue(at, m, frame_size(sessions.len() as u32, direct > 0))?;
     o.save_args(n, saved);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
     o.bytes(&MOVABS_RAX);
