@@ -192,7 +192,7 @@ __rkf_safe int get_callchain_buffers(int max_stack);
  *             so fd 0 cannot name a BTF object, as with BPF's attach_btf_obj_fd;
  *             or 0 for none: every function in vmlinux.  The fds are checked before
  *             the functions; a bad one is refused naming the first function given it
- * @flags:     0
+ * @flags:     RKF_MULTI_F_COUNT or 0
  * @bad_index: out: the function a refusal is about, or ~0
  * @reason:    out: why it was refused (enum Reason of rust/core/src/multi/rules.rs), or 0
  * @pad:       0
@@ -210,12 +210,22 @@ struct rkf_multi_attach_request {
 	__u32 pad;
 };
 
+/*
+ * struct rkf_multi_attach_request.flags: keep a count of the program's runs and of the
+ * runs the recursion guard skipped on each function (struct rkf_multi_func_info's @hits
+ * and @misses), 16 bytes a function and an atomic increment on every run.  Without it
+ * a link keeps no count of its own: the kernel's statistics of the program
+ * (bpf_prog_info's run_cnt under kernel.bpf_stats_enabled, and recursion_misses)
+ * count its runs on all its functions, as they count a BPF trampoline's.
+ */
+#define RKF_MULTI_F_COUNT	1U
+
 /**
  * struct rkf_multi_func_info - one function of a link, for introspection
  * @addr:   the function
  * @cookie: its cookie
- * @hits:   program runs
- * @misses: runs skipped by the recursion guard
+ * @hits:   program runs, or 0 if the link does not count them (RKF_MULTI_F_COUNT)
+ * @misses: runs skipped by the recursion guard, or 0 likewise
  */
 struct rkf_multi_func_info {
 	__u64 addr;
@@ -234,6 +244,8 @@ struct rkf_multi_func_info {
  * @buf_cnt: in: the room in @funcs
  * @funcs:   in: struct rkf_multi_func_info[@buf_cnt], filled with the first ones
  * @next_id: out: the id of the next link, or 0 if it is the last
+ * @flags:   out: the flags it was attached with (RKF_MULTI_F_COUNT)
+ * @pad:     out: 0
  */
 struct rkf_multi_link_info {
 	__u64 id;
@@ -243,6 +255,8 @@ struct rkf_multi_link_info {
 	__u32 buf_cnt;
 	__u64 funcs;
 	__u64 next_id;
+	__u32 flags;
+	__u32 pad;
 };
 
 /* What a link's program runs on: struct rkf_multi_link_info.kind. */
@@ -307,7 +321,8 @@ struct rkf_multi_link_state {
  * struct rkf_multi_prog - one program on one function
  * @link:   its link's program, id and detached flag, which every slot of the link names
  * @cookie: its cookie on this function
- * @stats:  its counters on this function (the link owns them)
+ * @stats:  its counters on this function (the link owns them), or NULL if the link
+ *          keeps none (RKF_MULTI_F_COUNT)
  *
  * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function: the code functions
  * without an exit share finds a function's program k at its first slot plus k times

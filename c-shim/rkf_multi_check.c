@@ -23,10 +23,12 @@ static_assert(offsetof(struct rkf_multi_attach_request, btf_fds) == 32);
 static_assert(offsetof(struct rkf_multi_attach_request, flags) == 40);
 static_assert(offsetof(struct rkf_multi_attach_request, pad) == 52);
 static_assert(sizeof(struct rkf_multi_func_info) == 32);
-static_assert(sizeof(struct rkf_multi_link_info) == 40);
+static_assert(sizeof(struct rkf_multi_link_info) == 48);
 static_assert(offsetof(struct rkf_multi_link_info, cnt) == 16);
 static_assert(offsetof(struct rkf_multi_link_info, funcs) == 24);
 static_assert(offsetof(struct rkf_multi_link_info, next_id) == 32);
+static_assert(offsetof(struct rkf_multi_link_info, flags) == 40);
+static_assert(offsetof(struct rkf_multi_link_info, pad) == 44);
 
 /**
  * rkf_multi_prog_get() - take a program to attach

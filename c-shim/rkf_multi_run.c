@@ -269,8 +269,8 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
  * their _sleepable_ forms, for the program @prog of slot @p (its link's, which the
  * caller read once it saw the link's flag clear, or took the slot from the published
  * table): the caller holds rkf_multi_run_lock(), or RCU tasks trace.  A run the
- * recursion guard skips counts in the link's misses on the function and in the
- * program's statistics.
+ * recursion guard skips counts in the program's statistics, and in the link's misses on
+ * the function if the link counts (@p->stats).
  *
  * What the trampolines call to run programs is notrace and __no_stack_protector: never
  * traced, and without a stack canary.  The only local of theirs whose address is taken
@@ -287,9 +287,11 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, struct
 	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
 	if (likely(bpf_prog_get_recursion_context(prog))) {
 		rkf_multi_prog_run(prog, ctx);
-		atomic64_inc(&p->stats->hits);
+		if (p->stats)
+			atomic64_inc(&p->stats->hits);
 	} else {
-		atomic64_inc(&p->stats->misses);
+		if (p->stats)
+			atomic64_inc(&p->stats->misses);
 		rkf_multi_prog_missed(prog);
 	}
 	bpf_prog_put_recursion_context(prog);

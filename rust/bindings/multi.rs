@@ -27,6 +27,7 @@ pub const RKF_MULTI_FRAME_START: i32 = -128;
 pub const RKF_MULTI_FRAME_RUN_CTX: i32 = -144;
 pub const RKF_MULTI_RUN_CTX_COOKIE: u32 = 0;
 pub const RKF_MULTI_RUN_CTX_SIZE: u32 = 16;
+pub const RKF_MULTI_F_COUNT: u32 = 1;
 pub const RKF_MULTI_KIND_FENTRY: u32 = 0;
 pub const RKF_MULTI_KIND_FEXIT: u32 = 1;
 pub const RKF_MULTI_KIND_SESSION: u32 = 2;
@@ -67,6 +68,8 @@ pub struct rkf_multi_link_info {
     pub buf_cnt: __u32,
     pub funcs: __u64,
     pub next_id: __u64,
+    pub flags: __u32,
+    pub pad: __u32,
 }
 #[repr(C)]
 pub struct rkf_multi_stats {

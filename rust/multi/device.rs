@@ -68,14 +68,16 @@ crate::abi_check::assert_same_layout!(
     cnt,
     buf_cnt,
     funcs,
-    next_id
+    next_id,
+    flags,
+    pad
 );
 // No padding: each struct's size is the sum of its fields' (listed above, at C's offsets).
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<abi::AttachRequest>() == 2 * 4 + 4 * 8 + 4 * 4);
     assert!(size_of::<abi::FuncInfo>() == 4 * 8);
-    assert!(size_of::<abi::LinkInfo>() == 8 + 4 * 4 + 2 * 8);
+    assert!(size_of::<abi::LinkInfo>() == 8 + 4 * 4 + 2 * 8 + 2 * 4);
 };
 const _: () = {
     assert!(abi::IOC_TYPE == rkf_h::RKF_MULTI_IOC_TYPE);
@@ -84,6 +86,7 @@ const _: () = {
     assert!(abi::Kind::Fentry as u32 == rkf_h::RKF_MULTI_KIND_FENTRY);
     assert!(abi::Kind::Fexit as u32 == rkf_h::RKF_MULTI_KIND_FEXIT);
     assert!(abi::Kind::Session as u32 == rkf_h::RKF_MULTI_KIND_SESSION);
+    assert!(abi::F_COUNT == rkf_h::RKF_MULTI_F_COUNT);
 };
 
 const IOC_ATTACH: u32 = _IOWR::<AttachRequest>(abi::IOC_TYPE as u32, abi::IOC_NR_ATTACH as u32);

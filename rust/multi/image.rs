@@ -241,7 +241,7 @@ impl FuncCode<'_> {
                 prog: code.prog,
                 insnsi: code.insnsi,
                 func: code.func,
-                stats: p.stats as u64,
+                stats: (!p.stats.is_null()).then_some(p.stats as u64),
                 enter: code.enter,
                 exit: code.exit,
             });
@@ -390,7 +390,7 @@ pub(crate) fn generate(
                 f.nr_args,
                 saved,
                 f.nr_fentry as u32,
-                direct.iter().filter(|d| d.is_some()).count() as u32,
+                &direct,
                 f.exit(),
                 f.counted(),
                 m,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A link: one program on a set of functions, with a cookie and counters for each, and
-//! the modules whose functions it traces.
+//! A link: one program on a set of functions, with a cookie for each (and counters, if
+//! it counts), and the modules whose functions it traces.
 
 use core::ptr;
 
@@ -89,8 +89,9 @@ impl LinkState {
 /// # Invariants
 ///
 /// `targets` is sorted by site (`traces()` searches it), `stats` has one entry per
-/// target, in the same order, and `cookies` one too or none; neither `targets` nor
-/// `stats` is resized after the link is made, as tables and images point into `stats`.
+/// target, in the same order, or none (a link that does not count, `RKF_MULTI_F_COUNT`),
+/// and `cookies` one too or none; neither `targets` nor `stats` is resized after the link
+/// is made, as tables and images point into `stats`.
 /// The counters in `stats` are only ever accessed atomically (atomic64_inc() in the
 /// trampolines, atomic loads here).
 pub(crate) struct Link {
@@ -108,8 +109,9 @@ pub(crate) struct Link {
     /// The cookie of each target, in the same order, or none where every cookie is 0
     /// (most links have none): read through [`Link::cookie()`].
     pub(crate) cookies: AreaVec<u64>,
-    /// The counters of each target, in the same order, which the trampolines increment:
-    /// tables point into them, so the vector is never resized.
+    /// The counters of each target, in the same order, which the trampolines increment,
+    /// or none where the link does not count: tables point into them, so the vector is
+    /// never resized.  Read through [`Link::stats()`].
     pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: AreaVec<ModuleRef>,
@@ -150,6 +152,21 @@ impl Link {
         }
     }
 
+    /// Whether the link counts its program's runs on each function (`RKF_MULTI_F_COUNT`).
+    pub(crate) fn counted(&self) -> bool {
+        !self.stats.is_empty()
+    }
+
+    /// The counters of target `i`, which a slot names, or null where the link does not
+    /// count: valid for as long as the link is.
+    pub(crate) fn stats(&self, i: usize) -> *mut rkf_h::rkf_multi_stats {
+        if self.counted() {
+            self.stats[i].get()
+        } else {
+            ptr::null_mut()
+        }
+    }
+
     /// Whether the link traces the function at `site`.
     pub(crate) fn traces(&self, site: u64) -> bool {
         self.targets.binary_search_by_key(&site, |t| t.site).is_ok()
@@ -164,16 +181,21 @@ impl Link {
         Ok(stats)
     }
 
-    /// Target `i` as user space sees it: its function, cookie and counters.
+    /// Target `i` as user space sees it: its function, cookie and counters (0 where the
+    /// link does not count).
     pub(crate) fn func_info(&self, i: usize) -> FuncInfo {
-        let (t, s) = (&self.targets[i], self.stats[i].get());
-        // SAFETY: `s` points to live counters of `self`, which are only ever accessed
-        // atomically (by the type invariant).
-        let (hits, misses) = unsafe {
-            (
-                Atomic::<i64>::from_ptr(&raw mut (*s).hits.counter).load(Relaxed),
-                Atomic::<i64>::from_ptr(&raw mut (*s).misses.counter).load(Relaxed),
-            )
+        let (t, s) = (&self.targets[i], self.stats(i));
+        let (hits, misses) = if s.is_null() {
+            (0, 0)
+        } else {
+            // SAFETY: `s` points to live counters of `self`, which are only ever accessed
+            // atomically (by the type invariant).
+            unsafe {
+                (
+                    Atomic::<i64>::from_ptr(&raw mut (*s).hits.counter).load(Relaxed),
+                    Atomic::<i64>::from_ptr(&raw mut (*s).misses.counter).load(Relaxed),
+                )
+            }
         };
         FuncInfo {
             addr: t.addr(),

@@ -21,6 +21,7 @@ use super::{
 use crate::{
     abi::{Kind, LinkInfo},
     multi_rules::{Reason, MAX_LINKS_PER_FUNC, MAX_SESSIONS_PER_FUNC},
+    rkf_h,
 };
 
 /// Every link, and the table built from them.
@@ -159,7 +160,11 @@ impl Registry {
                 sleepable: c.prog.sleepable,
                 targets,
                 cookies: c.cookies,
-                stats: Link::new_stats(n)?,
+                stats: if c.counted {
+                    Link::new_stats(n)?
+                } else {
+                    AreaVec::new()
+                },
                 modules: c.modules,
                 state,
                 beside_sleepable: Atomic::new(false),
@@ -344,6 +349,12 @@ impl Registry {
         info.prog_id = l.prog_id;
         info.kind = l.kind as u32;
         info.cnt = l.targets.len() as u32;
+        info.flags = if l.counted() {
+            rkf_h::RKF_MULTI_F_COUNT
+        } else {
+            0
+        };
+        info.pad = 0;
         info.next_id = self
             .links
             .iter()

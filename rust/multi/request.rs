@@ -58,12 +58,14 @@ pub(crate) struct Checked {
     pub(crate) cookies: AreaVec<u64>,
     /// The modules whose functions it names (other than rkf_multi).
     pub(crate) modules: AreaVec<ModuleRef>,
+    /// Whether the link counts its program's runs on each function (`RKF_MULTI_F_COUNT`).
+    pub(crate) counted: bool,
 }
 
 /// Reads and checks `req` on its own: its fields, the program, the module BTF objects and
 /// every function, in request order, so that the first bad one is named.
 pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
-    if req.flags != 0 || req.pad != 0 {
+    if req.flags & !rkf_h::RKF_MULTI_F_COUNT != 0 || req.pad != 0 {
         return Err(EINVAL.into());
     }
     rules::check_count(req.cnt).map_err(|e| Error::from_errno(-e))?;
@@ -111,6 +113,7 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
         targets,
         cookies,
         modules: modules.into_modules()?,
+        counted: req.flags & rkf_h::RKF_MULTI_F_COUNT != 0,
     })
 }
 

@@ -112,7 +112,7 @@ impl Table {
                 rkf_h::rkf_multi_prog {
                     link: l.state.as_ptr(),
                     cookie: l.cookie(ti as usize),
-                    stats: l.stats[ti as usize].get(),
+                    stats: l.stats(ti as usize),
                 },
                 GFP_KERNEL,
             )?;

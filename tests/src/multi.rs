@@ -143,6 +143,10 @@ pub const TESTS: &[Test] = &[
         run: sleepable::sleepable_fentry_fexit,
     },
     Test {
+        name: "multi_uncounted_links",
+        run: sleepable::uncounted_links,
+    },
+    Test {
         name: "multi_sleepable_refusals",
         run: sleepable::sleepable_refusals,
     },
@@ -273,8 +277,18 @@ fn trigger(skel: &MultiSkel<'_>) -> Result<()> {
     Ok(())
 }
 
-/// [`Link::attach()`], its error as an [`anyhow::Error`].
+/// [`Link::attach_counted()`], its error as an [`anyhow::Error`]: the tests check the
+/// link's counters of each function.
 pub(crate) fn attach(prog: &impl AsFd, funcs: &[Func], cookies: Option<&[u64]>) -> Result<Link> {
+    Link::attach_counted(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// [`Link::attach()`]: a link that does not count, as rkf's tools attach them.
+pub(crate) fn attach_uncounted(
+    prog: &impl AsFd,
+    funcs: &[Func],
+    cookies: Option<&[u64]>,
+) -> Result<Link> {
     Link::attach(prog, funcs, cookies).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -1953,7 +1967,8 @@ fn junk_ioctl(file: &std::fs::File, cmd: u32, req: &mut AttachRequest) -> std::i
 /// Checks what one request of [`ioctl_fuzz`], command `cmd`, gave: `code` (0 or an
 /// errno) and the request as the kernel left it.  An attach gives 0 or an errno of the
 /// README's table for `/dev/rkf_multi` attach.  Where the order in which the kernel reads
-/// a request fixes the errno, it must be that one: junk in `flags` or `pad` is `EINVAL`
+/// a request fixes the errno, it must be that one: junk in `flags` (a bit other than
+/// `F_COUNT`) or `pad` is `EINVAL`
 /// whatever else the request holds; then a count of 0 is `EINVAL` and one past
 /// `MAX_FUNCS` `E2BIG`; then, with a count in range, a `bad_ptr` (an array at an address
 /// no mapping holds) is `EFAULT` (every array is read before anything in them is
@@ -2180,13 +2195,19 @@ fn ioctl_fuzz() -> Result<()> {
                                     _ => 0,
                                 },
                                 // Sometimes junk in `flags` and `bad_index` (which the
-                                // kernel must refuse, and overwrite), and in the rest.
-                                flags: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
+                                // kernel must refuse, and overwrite), and in the rest;
+                                // sometimes the one flag there is.
+                                flags: match rng.u64(..20) {
+                                    0 => rng.u32(..),
+                                    1 => abi::F_COUNT,
+                                    _ => 0,
+                                },
                                 bad_index: if rng.u64(..20) == 0 { rng.u32(..) } else { 0 },
                                 reason: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                                 pad: if rng.u64(..40) == 0 { rng.u32(..) } else { 0 },
                             };
-                            let (junk_fields, cnt) = (req.flags != 0 || req.pad != 0, req.cnt);
+                            let junk_fields = req.flags & !abi::F_COUNT != 0 || req.pad != 0;
+                            let cnt = req.cnt;
                             // An array the kernel reads at an address no mapping holds.
                             let bad_ptr = req.btf_ids != ids_buf.as_ptr() as u64
                                 || req.addrs != addrs_buf.as_ptr() as u64

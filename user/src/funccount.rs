@@ -93,7 +93,8 @@ pub struct FuncCount {
     /// (function, calls), most called first (then by name); functions not called are
     /// left out.
     pub counts: Vec<(String, u64)>,
-    /// Runs the recursion guard skipped (the link's misses, on all its functions).
+    /// Runs the recursion guard skipped, on all its functions (the program's
+    /// `recursion_misses`: it is on this link alone).
     pub missed: u64,
     /// Runs on a function not in the counts map: none, unless `bpf_get_func_ip()`
     /// disagrees with the address attached.
@@ -205,7 +206,9 @@ pub fn count_with(
         interrupt::wait(opts.duration);
     }
     let duration = counting.elapsed();
-    let missed = link.info().context("reading the link back")?.misses();
+    let missed = multi::prog_stats(&skel.progs.funccount)
+        .context("reading the program's recursion misses")?
+        .misses;
     drop(link);
     let total = read()?;
     if opts.interval.is_some() {

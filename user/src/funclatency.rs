@@ -170,7 +170,9 @@ pub fn record_then(patterns: &[&str], opts: &Options, started: impl FnOnce()) ->
     let attached_at = Instant::now();
     started();
     crate::interrupt::wait(opts.duration);
-    let missed = link.info().context("reading the link back")?.misses();
+    let missed = multi::prog_stats(&skel.progs.funclatency)
+        .context("reading the program's recursion misses")?
+        .misses;
     let attach_time = link.attach_time;
     drop(link);
     let duration = attached_at.elapsed();

@@ -272,8 +272,8 @@ pub struct Exit<'a> {
 /// mov [rbp-128], rax; test rax, rax; je miss              the recursion guard skips it
 /// lea rdi, [rbp-104]; movabs rsi, insnsi
 /// [account]; call func                                    func(ctx, insnsi)
-/// movabs rax, stats; lock inc qword [rax]; jmp done       a hit
-/// miss: movabs rax, stats; lock inc qword [rax+8]         a miss
+/// movabs rax, stats; lock inc qword [rax]; jmp done       a hit, if the link counts
+/// miss: movabs rax, stats; lock inc qword [rax+8]         a miss, likewise
 /// done: movabs rdi, prog; mov rsi, [rbp-128]; lea rdx, [rbp-144]
 /// [account]; call exit                                    exit(prog, start, &run_ctx)
 /// skip:
@@ -283,7 +283,9 @@ pub struct Exit<'a> {
 /// `__bpf_prog_exit_sleepable_recur()`: RCU tasks trace, no migration, the run context,
 /// the recursion guard and the program's statistics, with `migrate_disable()` and
 /// `migrate_enable()` inline, as a BPF trampoline takes them; `func` is the program's
-/// `bpf_func`, called directly.  Every call is direct, to a target named here.  The
+/// `bpf_func`, called directly.  Without counters (a link that does not count), the hit
+/// and the miss are left out and the recursion guard's `je` goes to `done`.  Every call
+/// is direct, to a target named here.  The
 /// link's flag is read first, as the shared trampoline's run reads it: the image keeps
 /// the link's state; a link that shared a function with a sleepable program is freed
 /// only after an RCU tasks grace period and then an RCU tasks trace one, and a task that
@@ -301,8 +303,9 @@ pub struct Direct {
     pub insnsi: u64,
     /// Its code (`prog->bpf_func`).
     pub func: u64,
-    /// Its counters on the function: the hits, then the misses 8 bytes on.
-    pub stats: u64,
+    /// Its counters on the function: the hits, then the misses 8 bytes on; `None` where
+    /// its link does not count.
+    pub stats: Option<u64>,
     /// `__bpf_prog_enter_sleepable_recur()`.
     pub enter: u64,
     /// `__bpf_prog_exit_sleepable_recur()`.
@@ -367,8 +370,8 @@ pub fn align(off: usize) -> usize {
 }
 
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
-/// `saved` slots of ctx, runs `nr_entry` fentry programs, `direct` of them itself
-/// ([`Direct`]), and, with `exit` (session programs, fexit programs), calls the function
+/// `saved` slots of ctx, runs `nr_entry` fentry programs, those of `direct` that are
+/// `Some` itself ([`Spec::direct`]), and, with `exit` (session programs, fexit programs), calls the function
 /// and runs that many session and fexit programs, or without it, with its programs
 /// `counted` ([`Spec::counted`]; [`emit()`] refuses a count with an exit), on a cpu that
 /// wants `m`.
@@ -376,7 +379,7 @@ pub fn len(
     nr_args: u32,
     saved: u32,
     nr_entry: u32,
-    direct: u32,
+    direct: &[Option<Direct>],
     exit: Option<(u32, u32)>,
     counted: bool,
     m: &Mitigations,
@@ -389,16 +392,17 @@ pub fn len(
     let regs = |n: u32| n.min(REG_ARGS) as usize;
     let beyond = |n: u32| n.saturating_sub(REG_ARGS) as usize;
     let sessions = exit.map_or(0, |(s, _)| s as usize);
+    let direct_runs = || direct.iter().take(nr_entry as usize).flatten();
+    let nr_direct = direct_runs().count();
     // sub rsp, imm8 (sign-extended) or imm32.
-    let sub = if i8::try_from(frame_size(sessions as u32, direct > 0)).is_ok() {
+    let sub = if i8::try_from(frame_size(sessions as u32, nr_direct > 0)).is_ok() {
         4
     } else {
         7
     };
     let head = a + 4 + sub + 4 * regs(saved) + 8 * beyond(saved) + 8 + 14;
-    let direct = direct.min(nr_entry) as usize;
-    let mut entry =
-        prog * (nr_entry as usize - direct) + direct_len(m) * direct + 4 * regs(nr_args);
+    let direct_bytes: usize = direct_runs().map(|d| direct_len(m, d)).sum();
+    let mut entry = prog * (nr_entry as usize - nr_direct) + direct_bytes + 4 * regs(nr_args);
     if sessions > 0 {
         // Each cookie zeroed 11, the return value slots zeroed 8 each, each entry run's
         // ctx[-1] 10+4 and its call.
@@ -422,12 +426,13 @@ pub fn len(
     head + entry + tail
 }
 
-/// Bytes of a [`Direct`] run: the flag's check 10+3+6, the cookie 10+7, the enter call's
-/// arguments 10+7, three calls with their accounting, the start kept 4 and tested 3+6,
-/// the program's arguments 4+10, the hit 10+4 and the jump past the miss 5, the miss
-/// 10+5, the exit call's arguments 10+4+7.
-fn direct_len(m: &Mitigations) -> usize {
-    19 + 17 + 17 + 3 * (m.account_len() + 5) + 4 + 9 + 14 + 14 + 5 + 15 + 21
+/// Bytes of the [`Direct`] run `d`: the flag's check 10+3+6, the cookie 10+7, the enter
+/// call's arguments 10+7, three calls with their accounting, the start kept 4 and tested
+/// 3+6, the program's arguments 4+10, with counters the hit 10+4 and the jump past the
+/// miss 5 and the miss 10+5, the exit call's arguments 10+4+7.
+fn direct_len(m: &Mitigations, d: &Direct) -> usize {
+    let counters = if d.stats.is_some() { 14 + 5 + 15 } else { 0 };
+    19 + 17 + 17 + 3 * (m.account_len() + 5) + 4 + 9 + 14 + counters + 21
 }
 
 /// Bytes of the exit runs: each session's ctx[-1] 10+4 and its call, ctx[-1] back to the
@@ -639,10 +644,13 @@ impl Out<'_> {
     fn direct(&mut self, at: u64, m: &Mitigations, d: &Direct) -> Result<(), EmitError> {
         let start = self.pos;
         let a = m.account_len();
-        // Past the run, the miss, and the exit call after it.
-        let skip = at.wrapping_add((start + direct_len(m)) as u64);
+        // Past the run, the miss (with counters), and the exit call after it.
+        let skip = at.wrapping_add((start + direct_len(m, d)) as u64);
         let miss = at.wrapping_add((start + 109 + 2 * a) as u64);
-        let done = at.wrapping_add((start + 124 + 2 * a) as u64);
+        let done = match d.stats {
+            Some(_) => at.wrapping_add((start + 124 + 2 * a) as u64),
+            None => at.wrapping_add((start + 90 + 2 * a) as u64),
+        };
         // movabs rax, &detached; cmp byte [rax], 0; jne skip
         self.bytes(&MOVABS_RAX);
         self.u64(d.detached);
@@ -658,26 +666,32 @@ impl Out<'_> {
         self.rbp_op32(0x8d, 6, RUN_CTX);
         self.account(at, m)?;
         self.branch(at, &[0xe8], d.enter)?;
-        // mov [rbp+START], rax; test rax, rax; je miss
+        // mov [rbp+START], rax; test rax, rax; je miss (done without counters)
         self.rbp_mov((0, false), START, true);
         self.bytes(&[0x48, 0x85, 0xc0]);
-        self.branch(at, &[0x0f, 0x84], miss)?;
+        self.branch(
+            at,
+            &[0x0f, 0x84],
+            if d.stats.is_some() { miss } else { done },
+        )?;
         // lea rdi, [rbp+CTX]; movabs rsi, insnsi; call func
         self.bytes(&[0x48, 0x8d, 0x7d, CTX as u8]);
         self.bytes(&[0x48, 0xbe]);
         self.u64(d.insnsi);
         self.account(at, m)?;
         self.branch(at, &[0xe8], d.func)?;
-        // movabs rax, stats; lock inc qword [rax]; jmp done
-        self.bytes(&MOVABS_RAX);
-        self.u64(d.stats);
-        self.bytes(&[0xf0, 0x48, 0xff, 0x00]);
-        self.branch(at, &[0xe9], done)?;
-        // miss: movabs rax, stats; lock inc qword [rax+8]
-        debug_assert_eq!(at.wrapping_add(self.pos as u64), miss);
-        self.bytes(&MOVABS_RAX);
-        self.u64(d.stats);
-        self.bytes(&[0xf0, 0x48, 0xff, 0x40, 0x08]);
+        if let Some(stats) = d.stats {
+            // movabs rax, stats; lock inc qword [rax]; jmp done
+            self.bytes(&MOVABS_RAX);
+            self.u64(stats);
+            self.bytes(&[0xf0, 0x48, 0xff, 0x00]);
+            self.branch(at, &[0xe9], done)?;
+            // miss: movabs rax, stats; lock inc qword [rax+8]
+            debug_assert_eq!(at.wrapping_add(self.pos as u64), miss);
+            self.bytes(&MOVABS_RAX);
+            self.u64(stats);
+            self.bytes(&[0xf0, 0x48, 0xff, 0x40, 0x08]);
+        }
         // done: movabs rdi, prog; mov rsi, [rbp+START]; lea rdx, [rbp+RUN_CTX]; call exit
         debug_assert_eq!(at.wrapping_add(self.pos as u64), done);
         self.bytes(&MOVABS_RDI);
@@ -727,7 +741,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     {
         return Err(EmitError::BadShape);
     }
-    let direct = t.direct.iter().filter(|d| d.is_some()).count() as u32;
+    let direct = t.direct.iter().any(|d| d.is_some());
     if t.exit
         .is_some_and(|e| e.sessions.len() > MAX_SESSIONS as usize)
     {
@@ -740,7 +754,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
         t.nr_args,
         t.saved,
         t.slots.len() as u32,
-        direct,
+        t.direct,
         shape,
         t.counted.is_some(),
         m,
@@ -752,7 +766,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
     let stack_arg = |i: usize| STACK_ARGS + 8 * (i - regs) as i8;
     let mut o = Out { buf, pos: 0 };
     let sessions = t.exit.map_or(&[][..], |e| e.sessions);
-    o.prologue(at, m, frame_size(sessions.len() as u32, direct > 0))?;
+    o.prologue(at, m, frame_size(sessions.len() as u32, direct))?;
     o.save_args(n, saved);
     // movabs rax, addr; mov [rbp+FUNC_IP], rax
     o.bytes(&MOVABS_RAX);

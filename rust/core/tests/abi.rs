@@ -27,21 +27,24 @@ fn attach_request_layout() {
 fn info_layouts() {
     assert_eq!(size_of::<FuncInfo>(), 32);
     assert_eq!(offset_of!(FuncInfo, misses), 24);
-    assert_eq!(size_of::<LinkInfo>(), 40);
+    assert_eq!(size_of::<LinkInfo>(), 48);
     assert_eq!(offset_of!(LinkInfo, prog_id), 8);
     assert_eq!(offset_of!(LinkInfo, kind), 12);
     assert_eq!(offset_of!(LinkInfo, cnt), 16);
     assert_eq!(offset_of!(LinkInfo, buf_cnt), 20);
     assert_eq!(offset_of!(LinkInfo, funcs), 24);
     assert_eq!(offset_of!(LinkInfo, next_id), 32);
+    assert_eq!(offset_of!(LinkInfo, flags), 40);
+    assert_eq!(offset_of!(LinkInfo, pad), 44);
     assert_eq!(size_of::<PercpuProbe>(), 16);
     assert_eq!(offset_of!(PercpuProbe, self_addr), 8);
 }
 
 #[test]
 fn ioctl_numbers() {
-    // _IOWR('r', 1, 56 bytes) and _IOWR('r', 2, 40 bytes).
+    // _IOWR('r', 1, 56 bytes) and _IOWR('r', 2, 48 bytes).
     assert_eq!(IOC_ATTACH, 0xc038_7201);
-    assert_eq!(IOC_INFO, 0xc028_7202);
+    assert_eq!(IOC_INFO, 0xc030_7202);
+    assert_eq!(F_COUNT, 1);
     assert_eq!(PERCPU_PROBE_MAGIC.to_be_bytes(), *b"rkfp");
 }

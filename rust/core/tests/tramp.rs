@@ -124,13 +124,18 @@ fn expected(t: &Spec<'_>) -> Vec<String> {
             format!("mov rsi, {:#x}", d.insnsi),
         ]);
         account(&mut e);
+        e.push("call FUNC".to_string());
+        // The counters, if its link counts: without, MISS is DONE.
+        if let Some(stats) = d.stats {
+            e.extend([
+                format!("mov rax, {stats:#x}"),
+                "lock inc qword ptr [rax]".to_string(),
+                "jmp DONE".to_string(),
+                format!("mov rax, {stats:#x}"),
+                "lock inc qword ptr [rax+0x8]".to_string(),
+            ]);
+        }
         e.extend([
-            "call FUNC".to_string(),
-            format!("mov rax, {:#x}", d.stats),
-            "lock inc qword ptr [rax]".to_string(),
-            "jmp DONE".to_string(),
-            format!("mov rax, {:#x}", d.stats),
-            "lock inc qword ptr [rax+0x8]".to_string(),
             format!("mov rdi, {:#x}", d.prog),
             "mov rsi, [rbp-0x80]".to_string(),
             "lea rdx, [rbp-0x90]".to_string(),
@@ -260,7 +265,7 @@ fn size(t: &Spec<'_>) -> usize {
         t.nr_args,
         t.saved,
         t.slots.len() as u32,
-        t.direct.iter().filter(|d| d.is_some()).count() as u32,
+        t.direct,
         exit,
         t.counted.is_some(),
         &t.mitigations,
@@ -333,8 +338,9 @@ fn check(at: u64, t: &Spec<'_>) {
     }
     let mut runs = 0;
     // A direct run's branches, by index, checked once the run is decoded: `jne SKIP`
-    // goes just past the run's exit call, `je MISS` just past its `jmp DONE`, and
-    // `jmp DONE` past the two instructions of the miss.
+    // goes just past the run's exit call, `je MISS` just past its `jmp DONE` (with no
+    // counters, just past its `call FUNC`), and `jmp DONE` past the two instructions of
+    // the miss.
     let mut inner: Vec<(usize, u64)> = Vec::new();
     for (k, (i, s)) in insns.iter().zip(text.iter_mut()).enumerate() {
         let target = i.near_branch_target();
@@ -383,7 +389,14 @@ fn check(at: u64, t: &Spec<'_>) {
     for (k, target) in inner {
         let want = match text[k].as_str() {
             "jmp DONE" => k + 3,
-            "je MISS" => next(k, "jmp DONE") + 1,
+            "je MISS" => {
+                let func = next(k, "call FUNC");
+                if text[func + 3] == "jmp DONE" {
+                    func + 4
+                } else {
+                    func + 1
+                }
+            }
             _ => next(k, "call EXIT") + 1,
         };
         assert_eq!(
@@ -560,23 +573,31 @@ fn with_sessions<'a>(t: Spec<'a>, sessions: &'a [u64], slots: &'a [u64], body: u
 }
 
 /// A sleepable program run by the code itself, as rkf_multi builds it in: its link's
-/// flag, cookie, program, instructions, code and counters, and the kernel's enter and
-/// exit.
-const fn direct_run(k: u64) -> Direct {
+/// flag, cookie, program, instructions, code and counters (for a link that counts), and
+/// the kernel's enter and exit.
+const fn direct_run(k: u64, counts: bool) -> Direct {
     Direct {
         detached: 0xffff_8880_0aaa_0010 + 0x100 * k,
         cookie: 0x1234_5678_9abc_def0 + k,
         prog: 0xffff_c900_0bbb_0000 + 0x1000 * k,
         insnsi: 0xffff_c900_0bbb_0060 + 0x1000 * k,
         func: 0xffff_ffff_c200_3000 + 0x800 * k,
-        stats: 0xffff_8880_0ccc_0000 + 0x10 * k,
+        stats: if counts {
+            Some(0xffff_8880_0ccc_0000 + 0x10 * k)
+        } else {
+            None
+        },
         enter: 0xffff_ffff_8140_1000,
         exit: 0xffff_ffff_8140_1200,
     }
 }
 
-/// For three fentry programs: the first and the last run by the code itself.
-const DIRECT: [Option<Direct>; 3] = [Some(direct_run(0)), None, Some(direct_run(2))];
+/// For three fentry programs: the first and the last run by the code itself, the first
+/// of a link that counts, the last of one that does not.
+const DIRECT: [Option<Direct>; 3] = [Some(direct_run(0, true)), None, Some(direct_run(2, false))];
+
+/// One program run by the code itself, of a link that does not count.
+const UNCOUNTED: [Option<Direct>; 1] = [Some(direct_run(0, false))];
 
 /// `t` with its fentry programs run by the code itself as `direct` says.
 fn direct<'a>(t: Spec<'a>, direct: &'a [Option<Direct>]) -> Spec<'a> {
@@ -625,6 +646,7 @@ fn every_arg_count() {
                 // non-sleepable ones run through `run`.
                 let t = tramp(nr, saved, addr, &slots[..1], run);
                 check(at, &on(m, direct(counted(t), &DIRECT[..1])));
+                check(at, &on(m, direct(counted(t), &UNCOUNTED)));
                 let t = tramp(nr, saved, addr, &slots, run);
                 check(at, &on(m, direct(counted(t), &DIRECT)));
                 let t = tramp(nr, saved, addr, &slots[..2], run);
@@ -661,7 +683,7 @@ fn every_arg_count() {
 #[test]
 fn refusals() {
     let slots = [0xffff_8880_0123_4000];
-    let mut buf = vec![0u8; len(1, 1, 1, 0, None, false, &Mitigations::default())];
+    let mut buf = vec![0u8; len(1, 1, 1, &[], None, false, &Mitigations::default())];
     let bad = |buf: &mut [u8], t: &Spec<'_>| {
         let before = buf.to_vec();
         let e = emit(buf, 0xffff_ff00_0000_0000, t);
@@ -704,7 +726,7 @@ fn refusals() {
         call_depth: None,
         return_thunk: Some(thunk),
     };
-    let mut tb = vec![0u8; len(1, 1, 1, 0, None, false, &thunked(0))];
+    let mut tb = vec![0u8; len(1, 1, 1, &[], None, false, &thunked(0))];
     assert_eq!(
         bad(
             &mut tb,
@@ -728,7 +750,7 @@ fn refusals() {
         }),
         return_thunk: None,
     };
-    let mut fb = vec![0u8; len(1, 1, 1, 0, None, false, &failing)];
+    let mut fb = vec![0u8; len(1, 1, 1, &[], None, false, &failing)];
     assert_eq!(
         emit(&mut fb, at, &on(failing, tramp(1, 1, 0, &slots, at))),
         Err(EmitError::Accounting)
@@ -736,23 +758,23 @@ fn refusals() {
     // fexit: no program at all is refused, and so is an exit without exit runs, with or
     // without fentry programs (sleepable fentry programs alone are counted, with no
     // exit); the body and the exit run must be in reach.
-    let mut xb = vec![0u8; len(1, 1, 0, 0, Some((0, 1)), false, &Mitigations::default())];
-    let mut eb = vec![0u8; len(1, 1, 0, 0, Some((0, 0)), false, &Mitigations::default())];
+    let mut xb = vec![0u8; len(1, 1, 0, &[], Some((0, 1)), false, &Mitigations::default())];
+    let mut eb = vec![0u8; len(1, 1, 0, &[], Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(&mut eb, &with_exit(tramp(1, 1, 0, &[], at), &[], at)),
         Err(EmitError::BadShape)
     );
-    let mut eb1 = vec![0u8; len(1, 1, 1, 0, Some((0, 0)), false, &Mitigations::default())];
+    let mut eb1 = vec![0u8; len(1, 1, 1, &[], Some((0, 0)), false, &Mitigations::default())];
     assert_eq!(
         bad(&mut eb1, &with_exit(tramp(1, 1, 0, &slots, at), &[], at)),
         Err(EmitError::BadShape)
     );
     // Counted programs: not with an exit (which counts the call itself), not without a
     // fentry program; the count makes the code longer than the same program's without.
-    let mut cb = vec![0u8; len(1, 1, 1, 0, None, true, &Mitigations::default())];
+    let mut cb = vec![0u8; len(1, 1, 1, &[], None, true, &Mitigations::default())];
     check(at, &counted(tramp(1, 1, 0, &slots, at)));
     // Programs run by the code itself: only counted, and one entry for each program.
-    let mut db = vec![0u8; len(1, 1, 1, 1, None, true, &Mitigations::default())];
+    let mut db = vec![0u8; len(1, 1, 1, &DIRECT[..1], None, true, &Mitigations::default())];
     assert_eq!(
         bad(&mut db, &direct(tramp(1, 1, 0, &slots, at), &DIRECT[..1])),
         Err(EmitError::BadShape)
@@ -815,7 +837,7 @@ fn refusals() {
             1,
             1,
             0,
-            0,
+            &[],
             Some((MAX_SESSIONS + 1, 0)),
             false,
             &Mitigations::default()

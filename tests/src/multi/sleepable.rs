@@ -273,17 +273,37 @@ fn session_through(tramp: Tramp) -> Result<()> {
 /// trampolines, then through the shared one.
 pub(super) fn sleepable_fentry_fexit() -> Result<()> {
     Tramp::run_both(|tramp| {
-        fentry_fexit_through(tramp, false).context("fentry and fentry.s")?;
-        fentry_fexit_through(tramp, true).context("fentry, fentry.s and fexit.s")
+        fentry_fexit_through(tramp, false, true).context("fentry and fentry.s")?;
+        fentry_fexit_through(tramp, true, true).context("fentry, fentry.s and fexit.s")
     })
 }
 
-fn fentry_fexit_through(tramp: Tramp, with_fexit: bool) -> Result<()> {
+/// The same runs through links that do not count (`RKF_MULTI_F_COUNT` clear, as rkf's
+/// tools attach them): the programs run exactly as often, with the same cookies and
+/// values, and the links report that they count nothing, every function's hits and
+/// misses 0.  Without fexit.s, the generated trampoline runs fentry.s itself with no
+/// counters in its code; the others run through `rkf_multi_run_prog()` with no
+/// counters in their slots.
+pub(super) fn uncounted_links() -> Result<()> {
+    Tramp::run_both(|tramp| {
+        fentry_fexit_through(tramp, false, false).context("fentry and fentry.s")?;
+        fentry_fexit_through(tramp, true, false).context("fentry, fentry.s and fexit.s")
+    })
+}
+
+fn fentry_fexit_through(tramp: Tramp, with_fexit: bool, counted: bool) -> Result<()> {
     let funcs = targets()?;
     let mut obj = MaybeUninit::uninit();
     let mut skel = load(&mut obj, &funcs)?;
     let cookie = |base: u64| -> Vec<u64> { (0..funcs.len() as u64).map(|i| base + i).collect() };
     let (fentry_cookies, fexit_cookies) = (cookie(0x51ee_0000), cookie(0x51ee_1000));
+    let attach = |prog: &_, funcs: &_, cookies| {
+        if counted {
+            super::attach(prog, funcs, cookies)
+        } else {
+            super::attach_uncounted(prog, funcs, cookies)
+        }
+    };
     let plain = attach(&skel.progs.plain_fentry, &funcs, None)?;
     let fentry = attach(&skel.progs.sleepable_fentry, &funcs, Some(&fentry_cookies))?;
     let fexit = if with_fexit {
@@ -401,6 +421,19 @@ fn fentry_fexit_through(tramp: Tramp, with_fexit: bool) -> Result<()> {
             funcs.len(),
             "{what}: functions of the link"
         );
+        check_eq!(info.counted, counted, "{what}: the link counts");
+        if !counted {
+            for fi in &info.funcs {
+                check_eq!(
+                    (fi.hits, fi.misses),
+                    (0, 0),
+                    "{what} {:#x}: hits and misses of a link that does not count",
+                    fi.addr
+                );
+            }
+            check_eq!(info.counts(), None, "{what}: the link's counts");
+            continue;
+        }
         for f in &funcs {
             // The link reports its functions in its own order (by ftrace site).
             let fi = info
@@ -422,8 +455,9 @@ fn fentry_fexit_through(tramp: Tramp, with_fexit: bool) -> Result<()> {
         }
     }
     diag!(
-        "write(2) and getpgid(2): exact runs of fentry, fentry.s{}; bpf_copy_from_user() faulted {FAULTING_WRITES} pages in",
-        if with_fexit { " and fexit.s" } else { "" }
+        "write(2) and getpgid(2): exact runs of fentry, fentry.s{}{}; bpf_copy_from_user() faulted {FAULTING_WRITES} pages in",
+        if with_fexit { " and fexit.s" } else { "" },
+        if counted { "" } else { ", links not counting" }
     );
     Ok(())
 }

@@ -437,16 +437,23 @@ fn cmd_links(verbose: bool) -> Result<()> {
         ],
     );
     for l in &links {
-        let hits: u64 = l.funcs.iter().map(|f| f.hits).sum();
-        let misses = l.misses();
+        // A link that does not count (the default) has no hits or misses to show.
+        let count = |n: u64| {
+            if l.counted {
+                n.to_string()
+            } else {
+                "-".to_string()
+            }
+        };
+        let (hits, misses) = l.counts().unwrap_or_default();
         let kind = l.kind.name();
         table.row([
             l.id.to_string(),
             l.prog_id.to_string(),
             kind.to_string(),
             l.funcs.len().to_string(),
-            hits.to_string(),
-            misses.to_string(),
+            count(hits),
+            count(misses),
         ]);
         for f in l.funcs.iter().filter(|_| verbose) {
             let name = by_addr.get(&f.addr).map_or_else(
@@ -456,8 +463,8 @@ fn cmd_links(verbose: bool) -> Result<()> {
             funcs.row([
                 l.id.to_string(),
                 name,
-                f.hits.to_string(),
-                f.misses.to_string(),
+                count(f.hits),
+                count(f.misses),
                 format!("{:#x}", f.cookie),
             ]);
         }

@@ -46,7 +46,7 @@ pub struct AttachRequest {
     /// 0 for vmlinux (so fd 0 cannot name a BTF object, as with BPF's
     /// `attach_btf_obj_fd`); or 0 for none: every function in vmlinux.
     pub btf_fds: u64,
-    /// 0.
+    /// [`F_COUNT`] or 0.
     pub flags: u32,
     /// Out: the function a refusal is about, or `u32::MAX`.
     pub bad_index: u32,
@@ -56,6 +56,12 @@ pub struct AttachRequest {
     pub pad: u32,
 }
 
+/// `RKF_MULTI_F_COUNT` ([`AttachRequest::flags`], [`LinkInfo::flags`]): the link keeps a
+/// count of its program's runs and misses on each function ([`FuncInfo::hits`] and
+/// [`FuncInfo::misses`]), 16 bytes a function and an atomic increment on every run.
+/// Without it, only the kernel's statistics of the program count its runs.
+pub const F_COUNT: u32 = 1 << 0;
+
 /// `struct rkf_multi_func_info`: one function of a link.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,9 +70,9 @@ pub struct FuncInfo {
     pub addr: u64,
     /// Its cookie.
     pub cookie: u64,
-    /// Program runs on it.
+    /// Program runs on it, or 0 if the link does not count them ([`F_COUNT`]).
     pub hits: u64,
-    /// Runs skipped by the recursion guard.
+    /// Runs skipped by the recursion guard, or 0 likewise.
     pub misses: u64,
 }
 
@@ -113,4 +119,8 @@ pub struct LinkInfo {
     pub funcs: u64,
     /// Out: the id of the next link, or 0 if it is the last.
     pub next_id: u64,
+    /// Out: the flags it was attached with ([`F_COUNT`]).
+    pub flags: u32,
+    /// Out: 0.
+    pub pad: u32,
 }
