@@ -169,7 +169,9 @@ impl Link {
 
     /// Whether the link traces the function at `site`.
     pub(crate) fn traces(&self, site: u64) -> bool {
-        self.targets.binary_search_by_key(&site, |t| t.site).is_ok()
+        self.targets
+            .binary_search_by_key(&site, |t| t.site())
+            .is_ok()
     }
 
     /// Zeroed counters for `n` targets.

@@ -122,7 +122,7 @@ impl Registry {
         let session = c.prog.kind == Kind::Session;
         for (t, i) in c.targets.iter() {
             let (mut on_site, mut sessions) = (0u32, 0u32);
-            for l in self.links.iter().filter(|l| l.traces(t.site)) {
+            for l in self.links.iter().filter(|l| l.traces(t.site())) {
                 if l.prog.as_ptr() == c.prog.prog.as_ptr() {
                     return Err(Refusal::new(*i as usize, Reason::SameProgram));
                 }
@@ -135,7 +135,7 @@ impl Registry {
             if session && sessions >= MAX_SESSIONS_PER_FUNC {
                 return Err(Refusal::new(*i as usize, Reason::TooManySessions));
             }
-            if on_site == 0 && ftrace::site_is_taken(t.site) {
+            if on_site == 0 && ftrace::site_is_taken(t.site()) {
                 return Err(Refusal::new(*i as usize, Reason::Busy));
             }
         }

@@ -27,24 +27,59 @@ use crate::{
     multi_table, rkf_h,
 };
 
-/// One function of a link: 16 bytes, one of every function of every link (its cookie is
+/// One function of a link: 8 bytes, one of every function of every link (its cookie is
 /// kept apart, by links that have cookies).
+///
+/// # Invariants
+///
+/// The ftrace site is `SITE_HIGH | site_lo`: x86-64 kernel and module text lie in the top
+/// 2 GiB of the address space (`__START_KERNEL_map` to `MODULES_END`, the kernel's code
+/// model), whose addresses have their high 32 bits set.
 #[derive(Clone, Copy)]
 pub(crate) struct Target {
-    /// The ftrace site.
-    pub(crate) site: u64,
+    /// The ftrace site's low 32 bits.
+    site_lo: u32,
     /// How far the site is into the function.
-    pub(crate) offset: u32,
+    offset: u8,
     /// Its argument count.
-    pub(crate) nr_args: u32,
+    nr_args: u8,
 }
 
-const _: () = assert!(size_of::<Target>() == 16);
+const _: () = assert!(size_of::<Target>() == 8);
+
+/// The high 32 bits of every address of kernel or module text.
+const SITE_HIGH: u64 = 0xffff_ffff_0000_0000;
 
 impl Target {
+    /// The function whose ftrace site is `site`, `offset` bytes into it, of `nr_args`
+    /// arguments; `None` for a site outside the top 4 GiB, which no text has.
+    fn new(site: u64, offset: u8, nr_args: u8) -> Option<Self> {
+        // INVARIANT: the high 32 bits are checked.
+        (site & SITE_HIGH == SITE_HIGH).then_some(Self {
+            site_lo: site as u32,
+            offset,
+            nr_args,
+        })
+    }
+
+    /// The ftrace site.
+    pub(crate) fn site(&self) -> u64 {
+        SITE_HIGH | u64::from(self.site_lo)
+    }
+
+    /// How far the site is into the function.
+    pub(crate) fn offset(&self) -> u8 {
+        self.offset
+    }
+
+    /// Its argument count.
+    pub(crate) fn nr_args(&self) -> u32 {
+        self.nr_args.into()
+    }
+
     /// The function's address.
     pub(crate) fn addr(&self) -> u64 {
-        self.site - u64::from(self.offset)
+        self.site() - u64::from(self.offset)
     }
 }
 
@@ -93,8 +128,8 @@ pub(crate) fn check(req: &AttachRequest) -> Result<Checked, AttachError> {
         let t = unsafe { check_target(target, i, ids[i], addrs[i], &prog) }?;
         targets.push((t, i as u32), GFP_KERNEL)?;
     }
-    multi_table::sort_by_key(&mut targets, |(t, i)| (t.site, *i));
-    if let Some(d) = rules::first_duplicate(&targets, |(t, _)| t.site) {
+    multi_table::sort_by_key(&mut targets, |(t, i)| (t.site(), *i));
+    if let Some(d) = rules::first_duplicate(&targets, |(t, _)| t.site()) {
         return Err(Refusal::new(targets[d].1 as usize, Reason::Duplicate).into());
     }
     // In the targets' order; none where every cookie is 0.
@@ -274,9 +309,6 @@ unsafe fn check_target(
             return Err(refuse(Reason::MayNotSleep));
         }
     }
-    Ok(Target {
-        site,
-        offset: offset.into(),
-        nr_args,
-    })
+    // At most `MAX_ARGS`: rules::check_shape().
+    Target::new(site, offset, nr_args as u8).ok_or_else(|| refuse(Reason::NotTraceable))
 }

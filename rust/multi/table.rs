@@ -92,7 +92,7 @@ impl Table {
             for (ti, t) in l.targets.iter().enumerate() {
                 slots.push(
                     Slot {
-                        site: t.site,
+                        site: t.site(),
                         kind: l.kind,
                         seq: l.id(),
                         idx: refs.len() as u32,
@@ -143,14 +143,13 @@ impl Table {
             let ctx_args = slots[start..end]
                 .iter()
                 .map(|s| of(s).prog.ctx_args())
-                .fold(t.nr_args, u32::max);
+                .fold(t.nr_args(), u32::max);
             funcs.push(
                 rkf_h::rkf_multi_func {
                     ret_ip: (site + tramp_core::MCOUNT_INSN_SIZE) as usize,
-                    // At most 255: request::check_target().
-                    site_offset: t.offset as u8,
+                    site_offset: t.offset(),
                     // At most `MAX_ARGS`: rules::check_shape().
-                    nr_args: t.nr_args as u8,
+                    nr_args: t.nr_args() as u8,
                     ctx_args: ctx_args as u8,
                     sleepable: sleepable.into(),
                     // At most `MAX_SESSIONS_PER_FUNC` and `MAX_LINKS_PER_FUNC`:
