@@ -280,13 +280,16 @@ struct module;
 struct workqueue_struct;
 
 /**
- * struct rkf_multi_stats - counters of one program on one function
+ * struct rkf_multi_stats - counters and cookie of one program on one function, for a
+ * link that counts (RKF_MULTI_F_COUNT)
  * @hits:   runs
  * @misses: runs skipped because the program was already running on this cpu
+ * @cookie: its cookie on the function
  */
 struct rkf_multi_stats {
 	atomic64_t hits;
 	atomic64_t misses;
+	u64 cookie;
 };
 
 /**
@@ -307,6 +310,9 @@ struct rkf_multi_stats {
  *            trampoline's run reads it first and runs nothing once it is set, so a call
  *            that was in flight inside the function meanwhile runs the program no more on
  *            the way out (nor, past a sleepable program, on the way in)
+ * @counted:  the link counts its runs (RKF_MULTI_F_COUNT): its slots hold their
+ *            counters, not their cookies (struct rkf_multi_prog's @data); set before
+ *            the state is shared, never changed
  *
  * One per link: it lives as long as the link does, and as long as any image whose slots
  * name it.
@@ -315,14 +321,16 @@ struct rkf_multi_link_state {
 	struct bpf_prog *prog;
 	u64 id;
 	bool detached;
+	bool counted;
 };
 
 /**
  * struct rkf_multi_prog - one program on one function
- * @link:   its link's program, id and detached flag, which every slot of the link names
- * @cookie: its cookie on this function
- * @stats:  its counters on this function (the link owns them), or NULL if the link
- *          keeps none (RKF_MULTI_F_COUNT)
+ * @link: its link's program, id and flags, which every slot of the link names
+ * @data: for a link that does not count, the program's cookie on the function; for one
+ *        that counts (@link's @counted), the address of its struct rkf_multi_stats
+ *        there (counters and cookie, which the link owns), read only by a run that saw
+ *        the link's @detached clear, as the link's program
  *
  * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function: the code functions
  * without an exit share finds a function's program k at its first slot plus k times
@@ -330,11 +338,10 @@ struct rkf_multi_link_state {
  */
 struct rkf_multi_prog {
 	const struct rkf_multi_link_state *link;
-	u64 cookie;
-	struct rkf_multi_stats *stats;
+	u64 data;
 };
 
-#define RKF_MULTI_SLOT_SIZE	24
+#define RKF_MULTI_SLOT_SIZE	16
 
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it

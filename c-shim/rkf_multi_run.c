@@ -270,7 +270,8 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
  * caller read once it saw the link's flag clear, or took the slot from the published
  * table): the caller holds rkf_multi_run_lock(), or RCU tasks trace.  A run the
  * recursion guard skips counts in the program's statistics, and in the link's misses on
- * the function if the link counts (@p->stats).
+ * the function if the link counts (its @counted: @p->data is then the address of the
+ * counters and the cookie, not the cookie).
  *
  * What the trampolines call to run programs is notrace and __no_stack_protector: never
  * traced, and without a stack canary.  The only local of theirs whose address is taken
@@ -282,16 +283,22 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
 static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, struct bpf_prog *prog,
 					  u64 *ctx)
 {
-	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->cookie };
+	struct rkf_multi_stats *stats = NULL;
+	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->data };
+
+	if (p->link->counted) {
+		stats = (struct rkf_multi_stats *)(unsigned long)p->data;
+		run_ctx.bpf_cookie = stats->cookie;
+	}
 
 	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
 	if (likely(bpf_prog_get_recursion_context(prog))) {
 		rkf_multi_prog_run(prog, ctx);
-		if (p->stats)
-			atomic64_inc(&p->stats->hits);
+		if (stats)
+			atomic64_inc(&stats->hits);
 	} else {
-		if (p->stats)
-			atomic64_inc(&p->stats->misses);
+		if (stats)
+			atomic64_inc(&stats->misses);
 		rkf_multi_prog_missed(prog);
 	}
 	bpf_prog_put_recursion_context(prog);

@@ -34,7 +34,7 @@ pub const RKF_MULTI_KIND_SESSION: u32 = 2;
 pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
-pub const RKF_MULTI_SLOT_SIZE: u32 = 24;
+pub const RKF_MULTI_SLOT_SIZE: u32 = 16;
 pub const RKF_MULTI_EI_UNCONFIGURED: u32 = 0;
 pub const RKF_MULTI_EI_LISTED: u32 = 1;
 pub const RKF_MULTI_EI_NOT_LISTED: u32 = 2;
@@ -75,18 +75,19 @@ pub struct rkf_multi_link_info {
 pub struct rkf_multi_stats {
     pub hits: atomic64_t,
     pub misses: atomic64_t,
+    pub cookie: u64_,
 }
 #[repr(C)]
 pub struct rkf_multi_link_state {
     pub prog: *mut bpf_prog,
     pub id: u64_,
     pub detached: bool_,
+    pub counted: bool_,
 }
 #[repr(C)]
 pub struct rkf_multi_prog {
     pub link: *const rkf_multi_link_state,
-    pub cookie: u64_,
-    pub stats: *mut rkf_multi_stats,
+    pub data: u64_,
 }
 #[repr(C)]
 pub struct rkf_multi_func {

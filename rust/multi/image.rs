@@ -7,7 +7,10 @@ use core::ptr;
 
 use kernel::{ffi::c_void, prelude::*, sync::Arc};
 
-use super::{area::AreaVec, link::LinkState};
+use super::{
+    area::AreaVec,
+    link::{self, LinkState},
+};
 use crate::{
     multi_table, rkf_h,
     tramp_core::{self, CallDepth, Mitigations},
@@ -235,13 +238,15 @@ impl FuncCode<'_> {
             // link, under the registry's lock, which the caller holds): its program is
             // held; `code` is valid for writes.
             let sleepable = unsafe { rkf_h::rkf_multi_prog_code(p.link, &mut code) };
+            // SAFETY: as above: a slot made from a live link.
+            let (cookie, stats) = unsafe { link::slot_parts(p) };
             let run = sleepable.then_some(tramp_core::Direct {
                 detached: code.detached,
-                cookie: p.cookie,
+                cookie,
                 prog: code.prog,
                 insnsi: code.insnsi,
                 func: code.func,
-                stats: (!p.stats.is_null()).then_some(p.stats as u64),
+                stats,
                 enter: code.enter,
                 exit: code.exit,
             });

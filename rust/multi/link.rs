@@ -25,7 +25,8 @@ use crate::{
     rkf_h,
 };
 
-/// A link's program, id and detached flag (`struct rkf_multi_link_state`), which every
+/// A link's program, id, detached flag and whether it counts
+/// (`struct rkf_multi_link_state`), which every
 /// slot of it names.  Every image that has slots of the link keeps it for as long as the
 /// image lives, as a run reads the flag however long after the link went.
 ///
@@ -50,29 +51,41 @@ pub(crate) struct LinkState {
     /// trampoline reads it through its slot first (for a call in flight, on the way out
     /// too).
     detached: Atomic<bool>,
+    /// The link counts its runs: its slots hold the address of their counters (which
+    /// hold the cookie), not the cookie ([`Link::slot()`]).
+    counted: bool,
 }
 
 // The C side reads it as `struct rkf_multi_link_state`.
-crate::abi_check::assert_same_layout!(LinkState, rkf_h::rkf_multi_link_state, prog, id, detached);
+crate::abi_check::assert_same_layout!(
+    LinkState,
+    rkf_h::rkf_multi_link_state,
+    prog,
+    id,
+    detached,
+    counted
+);
 const _: () = assert!(size_of::<Atomic<bool>>() == size_of::<bool>());
 
 // SAFETY: the state owns nothing (the link holds the program's reference) and has no
 // `Drop`; Rust never dereferences `prog` (the C run path reads it, by the type
-// invariant); `detached` is atomic and `id` does not change.
+// invariant); `detached` is atomic and `id` and `counted` do not change.
 unsafe impl Send for LinkState {}
-// SAFETY: as for `Send`: shared references only read `id` and the pointer's value, and
-// access `detached` atomically.
+// SAFETY: as for `Send`: shared references only read `id`, `counted` and the pointer's
+// value, and access `detached` atomically.
 unsafe impl Sync for LinkState {}
 
 impl LinkState {
-    /// The state of a new link `id` of the program `prog`: not detached.
-    pub(crate) fn new(id: u64, prog: &ProgRef) -> Result<Arc<Self>> {
+    /// The state of a new link `id` of the program `prog`, which counts its runs if
+    /// `counted`: not detached.
+    pub(crate) fn new(id: u64, prog: &ProgRef, counted: bool) -> Result<Arc<Self>> {
         Ok(Arc::new(
             Self {
                 // INVARIANT: the link made with this state keeps `prog`.
                 prog: prog.as_ptr(),
                 id,
                 detached: Atomic::new(false),
+                counted,
             },
             GFP_KERNEL,
         )?)
@@ -84,16 +97,36 @@ impl LinkState {
     }
 }
 
+/// What the slot `p` holds besides its link: its cookie, and the address of its counters
+/// if its link counts ([`Link::slot()`]).
+///
+/// # Safety
+///
+/// `p` was made by [`Link::slot()`] of a link that is still there.
+pub(crate) unsafe fn slot_parts(p: &rkf_h::rkf_multi_prog) -> (u64, Option<u64>) {
+    // SAFETY: `p.link` is the C view of the live link's state (this function's contract).
+    let state = unsafe { &*p.link.cast::<LinkState>() };
+    if state.counted {
+        let stats = p.data as *const rkf_h::rkf_multi_stats;
+        // SAFETY: the live link's counters of the slot's target (this function's
+        // contract), whose cookie never changes (`Link`'s invariant).
+        (unsafe { (*stats).cookie }, Some(p.data))
+    } else {
+        (p.data, None)
+    }
+}
+
 /// An attached link.
 ///
 /// # Invariants
 ///
-/// `targets` is sorted by site (`traces()` searches it), `stats` has one entry per
-/// target, in the same order, or none (a link that does not count, `RKF_MULTI_F_COUNT`),
-/// and `cookies` one too or none; neither `targets` nor `stats` is resized after the link
-/// is made, as tables and images point into `stats`.
-/// The counters in `stats` are only ever accessed atomically (atomic64_inc() in the
-/// trampolines, atomic loads here).
+/// `targets` is sorted by site (`traces()` searches it).  `stats` has one entry per
+/// target, in the same order, if `state` says the link counts, and none otherwise;
+/// `cookies` has one too, or none (always none where the link counts: its counters hold
+/// the cookies).  Neither `targets` nor `stats` is resized after the link is made, as
+/// tables and images point into `stats`.  The counters in `stats` are only ever
+/// accessed atomically (atomic64_inc() in the trampolines, atomic loads here), and their
+/// cookies never change.
 pub(crate) struct Link {
     /// The program.
     pub(crate) prog: ProgRef,
@@ -107,7 +140,8 @@ pub(crate) struct Link {
     /// Sorted by site.
     pub(crate) targets: AreaVec<Target>,
     /// The cookie of each target, in the same order, or none where every cookie is 0
-    /// (most links have none): read through [`Link::cookie()`].
+    /// (most links have none) or the link counts (its counters hold the cookies): read
+    /// through [`Link::cookie()`].
     pub(crate) cookies: AreaVec<u64>,
     /// The counters of each target, in the same order, which the trampolines increment,
     /// or none where the link does not count: tables point into them, so the vector is
@@ -115,7 +149,7 @@ pub(crate) struct Link {
     pub(crate) stats: AreaVec<Opaque<rkf_h::rkf_multi_stats>>,
     /// The modules (other than rkf_multi) whose functions it traces.
     pub(crate) modules: AreaVec<ModuleRef>,
-    /// Its program, id and detached flag, which its slots name.
+    /// Its program, id, detached flag and whether it counts, which its slots name.
     pub(crate) state: Arc<LinkState>,
     /// Set, for good, by the first table built (published or not) with one of its
     /// functions having a sleepable program: a task may then have slept in that program
@@ -145,7 +179,11 @@ impl Link {
 
     /// The cookie of target `i`.
     pub(crate) fn cookie(&self, i: usize) -> u64 {
-        if self.cookies.is_empty() {
+        if self.counted() {
+            // SAFETY: the counters of a live target, whose cookie never changes once the
+            // link is made (only the counters are written, atomically).
+            unsafe { (*self.stats[i].get()).cookie }
+        } else if self.cookies.is_empty() {
             0
         } else {
             self.cookies[i]
@@ -154,16 +192,29 @@ impl Link {
 
     /// Whether the link counts its program's runs on each function (`RKF_MULTI_F_COUNT`).
     pub(crate) fn counted(&self) -> bool {
-        !self.stats.is_empty()
+        self.state.counted
     }
 
-    /// The counters of target `i`, which a slot names, or null where the link does not
-    /// count: valid for as long as the link is.
-    pub(crate) fn stats(&self, i: usize) -> *mut rkf_h::rkf_multi_stats {
+    /// The counters of target `i`, or null where the link does not count: valid for as
+    /// long as the link is.
+    fn stats(&self, i: usize) -> *mut rkf_h::rkf_multi_stats {
         if self.counted() {
             self.stats[i].get()
         } else {
             ptr::null_mut()
+        }
+    }
+
+    /// The slot of its program on target `i`: its state, and its cookie or, if the link
+    /// counts, the address of its counters, which hold the cookie.
+    pub(crate) fn slot(&self, i: usize) -> rkf_h::rkf_multi_prog {
+        rkf_h::rkf_multi_prog {
+            link: self.state.as_ptr(),
+            data: if self.counted() {
+                self.stats(i) as u64
+            } else {
+                self.cookie(i)
+            },
         }
     }
 
@@ -174,11 +225,22 @@ impl Link {
             .is_ok()
     }
 
-    /// Zeroed counters for `n` targets.
-    pub(crate) fn new_stats(n: usize) -> Result<AreaVec<Opaque<rkf_h::rkf_multi_stats>>> {
+    /// Zeroed counters for `n` targets, each with its cookie (`cookies`, or none where
+    /// every cookie is 0).
+    pub(crate) fn new_stats(
+        n: usize,
+        cookies: &[u64],
+    ) -> Result<AreaVec<Opaque<rkf_h::rkf_multi_stats>>> {
         let mut stats = AreaVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            stats.push(Opaque::zeroed(), GFP_KERNEL)?;
+        for i in 0..n {
+            stats.push(
+                Opaque::new(rkf_h::rkf_multi_stats {
+                    hits: bindings::atomic64_t { counter: 0 },
+                    misses: bindings::atomic64_t { counter: 0 },
+                    cookie: cookies.get(i).copied().unwrap_or(0),
+                }),
+                GFP_KERNEL,
+            )?;
         }
         Ok(stats)
     }

@@ -151,7 +151,13 @@ impl Registry {
             targets.push(*t, GFP_KERNEL)?;
         }
         let id = self.next_id;
-        let state = LinkState::new(id, &c.prog.prog)?;
+        let state = LinkState::new(id, &c.prog.prog, c.counted)?;
+        // A link that counts keeps its cookies with its counters.
+        let (stats, cookies) = if c.counted {
+            (Link::new_stats(n, &c.cookies)?, AreaVec::new())
+        } else {
+            (AreaVec::new(), c.cookies)
+        };
         self.links.push(
             Link {
                 prog: c.prog.prog,
@@ -159,12 +165,8 @@ impl Registry {
                 kind: c.prog.kind,
                 sleepable: c.prog.sleepable,
                 targets,
-                cookies: c.cookies,
-                stats: if c.counted {
-                    Link::new_stats(n)?
-                } else {
-                    AreaVec::new()
-                },
+                cookies,
+                stats,
                 modules: c.modules,
                 state,
                 beside_sleepable: Atomic::new(false),

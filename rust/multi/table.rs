@@ -108,14 +108,7 @@ impl Table {
         for s in slots.iter() {
             let (li, ti) = refs[s.idx as usize];
             let l = &links[li as usize];
-            all.push(
-                rkf_h::rkf_multi_prog {
-                    link: l.state.as_ptr(),
-                    cookie: l.cookie(ti as usize),
-                    stats: l.stats(ti as usize),
-                },
-                GFP_KERNEL,
-            )?;
+            all.push(l.slot(ti as usize), GFP_KERNEL)?;
         }
         let nr_funcs = rules::groups(&slots).count();
         let mut funcs = AreaVec::<rkf_h::rkf_multi_func>::with_capacity(nr_funcs, GFP_KERNEL)?;
@@ -268,9 +261,10 @@ impl Table {
             && o.nr_fentry == f.nr_fentry
             && o.nr_session == f.nr_session
             && old.len() == progs.len()
-            && old.iter().zip(progs).all(|(a, b)| {
-                ptr::eq(a.link, b.link) && a.cookie == b.cookie && ptr::eq(a.stats, b.stats)
-            });
+            && old
+                .iter()
+                .zip(progs)
+                .all(|(a, b)| ptr::eq(a.link, b.link) && a.data == b.data);
         let addr = self.tramps[i];
         if !same || addr == 0 {
             return None;

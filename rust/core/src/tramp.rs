@@ -848,7 +848,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
 
 /// Bytes of a program's slot (`struct rkf_multi_prog`, asserted by rkf_multi): shared
 /// code finds a function's program `k` at its first slot plus `k * SLOT`.
-pub const SLOT: u32 = 24;
+pub const SLOT: u32 = 16;
 
 /// Where shared code keeps the function's first slot: ctx[12], where a trampoline with
 /// an exit keeps the return value, which no program of a function without one reads

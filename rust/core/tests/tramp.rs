@@ -457,7 +457,7 @@ fn expected_shared(s: &Shared) -> Vec<String> {
     for k in 0..s.nr_fentry {
         e.push(format!("mov rdi, {first}"));
         if k > 0 {
-            e.push(format!("add rdi, {:#x}", 24 * k));
+            e.push(format!("add rdi, {:#x}", SLOT * k));
         }
         e.push(format!("lea rsi, {}", slot(0)));
         account(&mut e);
@@ -617,8 +617,8 @@ fn every_arg_count() {
     let run = 0xffff_ffff_c100_2340;
     let slots = [
         0xffff_8880_0123_4000,
-        0xffff_8880_0123_4018,
-        0xffff_8880_0123_4030,
+        0xffff_8880_0123_4010,
+        0xffff_8880_0123_4020,
     ];
     let exits = [0xffff_8880_0456_0000, 0xffff_8880_0456_0020];
     let sessions: Vec<u64> = (0..MAX_SESSIONS as u64)
@@ -898,8 +898,8 @@ fn shared_refusals() {
     );
     check_stub(at, 0xffff_8880_0123_4000, at + (1 << 30));
     check_stub(at, 0xffff_8880_0123_4000, at - (1 << 30));
-    // The slot is what rkf_multi's struct rkf_multi_prog is: three 8-byte fields.
-    assert_eq!(SLOT, 3 * 8);
+    // The slot is what rkf_multi's struct rkf_multi_prog is: two 8-byte fields.
+    assert_eq!(SLOT, 2 * 8);
     assert!(STUB.is_multiple_of(ALIGN));
 }
 
