@@ -343,13 +343,25 @@ struct rkf_multi_prog {
 
 #define RKF_MULTI_SLOT_SIZE	16
 
+/*
+ * The high 32 bits of every address of kernel or module text, and of rkf_multi's
+ * generated trampolines: x86-64 keeps text in the top 2 GiB of the address space
+ * (__START_KERNEL_map to MODULES_END, the kernel's code model), so a table keeps only
+ * the low 32 bits of such an address.
+ */
+#define RKF_MULTI_TEXT_HIGH	0xffffffff00000000UL
+
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it
- * @ret_ip:    the return address into it, its ftrace site + MCOUNT_INSN_SIZE: what the
- *             shared trampoline finds it by
  * @progs:     its programs: the slots of its generated trampoline, in the image that
  *             the table keeps, or, where it takes the shared trampoline, an array the
  *             table keeps (rust/multi/table.rs)
+ * @ret_ip:    the low 32 bits of the return address into it, its ftrace site +
+ *             MCOUNT_INSN_SIZE (rkf_multi_ret_ip()): what the shared trampoline finds
+ *             it by
+ * @tramp:     the low 32 bits of its generated trampoline, or 0 where it takes the shared
+ *             one: what its ftrace site calls once the table is published, which only
+ *             rkf_multi (rust/multi/table.rs) reads
  * @nr_args:   its argument count (bpf_get_func_arg_cnt())
  * @ctx_args:  the argument slots of ctx its trampoline fills: @nr_args, or more if one
  *             of its programs reads more (rkf_multi_prog_ctx_args()), at most
@@ -362,14 +374,15 @@ struct rkf_multi_prog {
  *             the session ones follow the fentry ones, and the fexit ones the session
  *             ones
  * @site_offset: how far its ftrace site is into it (0, or 4 past an ENDBR; at most
- *             255): its address, bpf_get_func_ip(), is @ret_ip - MCOUNT_INSN_SIZE -
- *             @site_offset
+ *             255): its address, bpf_get_func_ip(), is rkf_multi_ret_ip() -
+ *             MCOUNT_INSN_SIZE - @site_offset
  *
  * 24 bytes, one per traced function.
  */
 struct rkf_multi_func {
-	unsigned long ret_ip;
 	const struct rkf_multi_prog *progs;
+	u32 ret_ip;
+	u32 tramp;
 	u8 nr_args;
 	u8 ctx_args;
 	u8 sleepable;

@@ -134,9 +134,16 @@ static const struct rkf_multi_table __rcu *rkf_multi_table;
 static atomic_long_t rkf_multi_frames = ATOMIC_LONG_INIT(0);
 static bool rkf_multi_unloading;
 
+/* The return address into @f, whose table keeps its low 32 bits. */
+static __always_inline unsigned long rkf_multi_ret_ip(const struct rkf_multi_func *f)
+{
+	return RKF_MULTI_TEXT_HIGH | f->ret_ip;
+}
+
 /*
  * The binary search of rkf_core::multi::lookup(): @t's function at @ret_ip, or NULL.  Out
- * of line: only a function the index has not got comes here (rkf_multi_lookup()).
+ * of line: only a function the index has not got comes here (rkf_multi_lookup()).  The
+ * functions are sorted by their return addresses, whose high 32 bits are all the same.
  */
 static noinline notrace __no_stack_protector const struct rkf_multi_func *
 rkf_multi_search(const struct rkf_multi_table *t, unsigned long ret_ip)
@@ -145,12 +152,14 @@ rkf_multi_search(const struct rkf_multi_table *t, unsigned long ret_ip)
 
 	while (lo < hi) {
 		mid = lo + (hi - lo) / 2;
-		if (t->funcs[mid].ret_ip < ret_ip)
+		if (rkf_multi_ret_ip(&t->funcs[mid]) < ret_ip)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < t->nr_funcs && t->funcs[lo].ret_ip == ret_ip ? &t->funcs[lo] : NULL;
+	if (lo < t->nr_funcs && rkf_multi_ret_ip(&t->funcs[lo]) == ret_ip)
+		return &t->funcs[lo];
+	return NULL;
 }
 
 /*
@@ -177,7 +186,7 @@ rkf_multi_lookup(const struct rkf_multi_table *t, unsigned long ret_ip)
 		pos = t->index[b];
 		if (!pos)
 			break;
-		if (t->funcs[pos - 1].ret_ip == ret_ip)
+		if (rkf_multi_ret_ip(&t->funcs[pos - 1]) == ret_ip)
 			return &t->funcs[pos - 1];
 	}
 	return rkf_multi_search(t, ret_ip);
@@ -461,7 +470,7 @@ static __always_inline void rkf_multi_enter(const struct rkf_multi_func *f, u64 
 		for (i = RKF_MULTI_REG_ARGS; i < f->ctx_args; i++)
 			ctx[i] = i < f->nr_args ? stack[i - RKF_MULTI_REG_ARGS] : 0;
 	ctx[-1] = f->nr_args;
-	ctx[-2] = f->ret_ip - RKF_MULTI_MCOUNT_INSN_SIZE - f->site_offset;
+	ctx[-2] = rkf_multi_ret_ip(f) - RKF_MULTI_MCOUNT_INSN_SIZE - f->site_offset;
 	for (i = 0; i < f->nr_fentry; i++)
 		rkf_multi_run_one(&p[i], ctx, any);
 	if (unlikely(f->nr_session))

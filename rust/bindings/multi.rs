@@ -35,6 +35,7 @@ pub const RKF_MULTI_IOC_TYPE: u8 = 114u8;
 pub const RKF_MULTI_IOC_NR_ATTACH: u32 = 1;
 pub const RKF_MULTI_IOC_NR_INFO: u32 = 2;
 pub const RKF_MULTI_SLOT_SIZE: u32 = 16;
+pub const RKF_MULTI_TEXT_HIGH: i64 = -4294967296;
 pub const RKF_MULTI_EI_UNCONFIGURED: u32 = 0;
 pub const RKF_MULTI_EI_LISTED: u32 = 1;
 pub const RKF_MULTI_EI_NOT_LISTED: u32 = 2;
@@ -91,8 +92,9 @@ pub struct rkf_multi_prog {
 }
 #[repr(C)]
 pub struct rkf_multi_func {
-    pub ret_ip: ffi::c_ulong,
     pub progs: *const rkf_multi_prog,
+    pub ret_ip: u32_,
+    pub tramp: u32_,
     pub nr_args: u8_,
     pub ctx_args: u8_,
     pub sleepable: u8_,

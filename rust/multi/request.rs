@@ -19,6 +19,7 @@ use super::{
     error::{AttachError, Refusal},
     ftrace,
     refs::{BtfRef, ModuleRef, Prog, ProgRef},
+    table::TEXT_HIGH,
 };
 use crate::{
     abi::AttachRequest,
@@ -32,7 +33,7 @@ use crate::{
 ///
 /// # Invariants
 ///
-/// The ftrace site is `SITE_HIGH | site_lo`: x86-64 kernel and module text lie in the top
+/// The ftrace site is `TEXT_HIGH | site_lo`: x86-64 kernel and module text lie in the top
 /// 2 GiB of the address space (`__START_KERNEL_map` to `MODULES_END`, the kernel's code
 /// model), whose addresses have their high 32 bits set.
 #[derive(Clone, Copy)]
@@ -47,15 +48,12 @@ pub(crate) struct Target {
 
 const _: () = assert!(size_of::<Target>() == 8);
 
-/// The high 32 bits of every address of kernel or module text.
-const SITE_HIGH: u64 = 0xffff_ffff_0000_0000;
-
 impl Target {
     /// The function whose ftrace site is `site`, `offset` bytes into it, of `nr_args`
     /// arguments; `None` for a site outside the top 4 GiB, which no text has.
     fn new(site: u64, offset: u8, nr_args: u8) -> Option<Self> {
         // INVARIANT: the high 32 bits are checked.
-        (site & SITE_HIGH == SITE_HIGH).then_some(Self {
+        (site & TEXT_HIGH == TEXT_HIGH).then_some(Self {
             site_lo: site as u32,
             offset,
             nr_args,
@@ -64,7 +62,7 @@ impl Target {
 
     /// The ftrace site.
     pub(crate) fn site(&self) -> u64 {
-        SITE_HIGH | u64::from(self.site_lo)
+        TEXT_HIGH | u64::from(self.site_lo)
     }
 
     /// How far the site is into the function.

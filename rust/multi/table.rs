@@ -28,6 +28,41 @@ use crate::{
 const _: () = assert!(MAX_LINKS_PER_FUNC <= u8::MAX as u32);
 const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 24);
 
+/// The high 32 bits of every address of kernel, module and trampoline text (the top
+/// 2 GiB): a table keeps the low 32 bits of return addresses and trampolines, and a
+/// link those of its targets' sites.
+pub(crate) const TEXT_HIGH: u64 = rkf_h::RKF_MULTI_TEXT_HIGH as u64;
+const _: () = assert!(TEXT_HIGH == 0xffff_ffff_0000_0000);
+
+/// The text address whose low 32 bits are `lo`.
+fn text(lo: u32) -> u64 {
+    TEXT_HIGH | u64::from(lo)
+}
+
+/// The low 32 bits of the text address `addr`, or `EINVAL` if it is not in the top 4 GiB,
+/// where all text is.
+fn text_lo(addr: u64) -> Result<u32> {
+    if addr & TEXT_HIGH == TEXT_HIGH {
+        Ok(addr as u32)
+    } else {
+        Err(EINVAL)
+    }
+}
+
+/// The return address into `f`.
+fn ret_ip(f: &rkf_h::rkf_multi_func) -> u64 {
+    text(f.ret_ip)
+}
+
+/// The trampoline of `f`: its generated one's address, or 0 for the shared one.
+fn tramp(f: &rkf_h::rkf_multi_func) -> u64 {
+    if f.tramp == 0 {
+        0
+    } else {
+        text(f.tramp)
+    }
+}
+
 /// How tables get generated trampolines: what the cpu wants of their code, and how many
 /// images were generated so far, to name the next.
 pub(crate) struct Generation {
@@ -44,7 +79,9 @@ pub(crate) struct Generation {
 ///
 /// # Invariants
 ///
-/// Every non-zero trampoline of `tramps` is in one of `images`.  Every function of
+/// Every function's `ret_ip` and non-zero `tramp` are the low 32 bits of addresses of
+/// text (`TEXT_HIGH` is their high 32 bits), sorted by `ret_ip`; every non-zero
+/// trampoline is in one of `images`.  Every function of
 /// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
 /// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
 /// its programs, in order; one that takes the shared trampoline, into `_progs`.  An
@@ -57,9 +94,6 @@ pub(crate) struct Table {
     funcs: AreaVec<rkf_h::rkf_multi_func>,
     /// The programs of the functions that take the shared trampoline.  Never resized.
     _progs: AreaVec<rkf_h::rkf_multi_prog>,
-    /// The trampoline of each function of `funcs`: its generated one's address, or 0 for
-    /// the shared one (c-shim/rkf_multi_tramp.S, which finds the function in the table).
-    tramps: AreaVec<usize>,
     /// The images the generated trampolines are in, which the table keeps, sorted by
     /// address.
     images: AreaVec<Arc<Image>>,
@@ -139,7 +173,9 @@ impl Table {
                 .fold(t.nr_args(), u32::max);
             funcs.push(
                 rkf_h::rkf_multi_func {
-                    ret_ip: (site + tramp_core::MCOUNT_INSN_SIZE) as usize,
+                    ret_ip: text_lo(site + tramp_core::MCOUNT_INSN_SIZE)?,
+                    // Set below, once its trampoline is known.
+                    tramp: 0,
                     site_offset: t.offset(),
                     // At most `MAX_ARGS`: rules::check_shape().
                     nr_args: t.nr_args() as u8,
@@ -162,18 +198,18 @@ impl Table {
             firsts: &firsts,
         };
         // Points every function with a generated trampoline to its slots.
-        let (tramps, images) = trampolines(gen, old, links, &mut funcs, new)?;
+        let images = trampolines(gen, old, links, &mut funcs, new)?;
         // The others take the shared trampoline, which finds them through the index (and
         // the rest, while their sites move, by a binary search): their programs stay in
         // the table.
-        let shared = |i: usize| tramps[i] == 0;
+        let shared = |i: usize| funcs[i].tramp == 0;
         let bits = rules::index_bits((0..nr_funcs).filter(|&i| shared(i)).count());
         let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
         rules::build_index(
             funcs
                 .iter()
                 .enumerate()
-                .map(|(i, f)| shared(i).then_some(f.ret_ip as u64)),
+                .map(|(i, f)| shared(i).then_some(ret_ip(f))),
             &mut index,
             bits,
         );
@@ -184,7 +220,7 @@ impl Table {
         // Filled within its capacity, so never moved: its elements stay put.
         let mut progs = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_shared, GFP_KERNEL)?;
         for (i, f) in funcs.iter_mut().enumerate() {
-            if shared(i) {
+            if f.tramp == 0 {
                 f.progs = progs.as_ptr().wrapping_add(progs.len());
                 for p in new.progs(i, f) {
                     progs
@@ -211,7 +247,6 @@ impl Table {
             _index: index,
             funcs,
             _progs: progs,
-            tramps,
             images,
             sleepable,
         }))
@@ -233,13 +268,10 @@ impl Table {
 
     /// Every function's route: its site and trampoline, sorted by site.
     pub(crate) fn routes(&self) -> impl Iterator<Item = Route> + '_ {
-        self.funcs
-            .iter()
-            .zip(self.tramps.iter())
-            .map(|(f, &t)| Route {
-                site: f.ret_ip as u64 - tramp_core::MCOUNT_INSN_SIZE,
-                tramp: t as u64,
-            })
+        self.funcs.iter().map(|f| Route {
+            site: ret_ip(f) - tramp_core::MCOUNT_INSN_SIZE,
+            tramp: tramp(f),
+        })
     }
 
     /// The generated trampoline of the function `f` in this table, if it has one and it
@@ -265,7 +297,7 @@ impl Table {
                 .iter()
                 .zip(progs)
                 .all(|(a, b)| ptr::eq(a.link, b.link) && a.data == b.data);
-        let addr = self.tramps[i];
+        let addr = tramp(o) as usize;
         if !same || addr == 0 {
             return None;
         }
@@ -327,8 +359,8 @@ impl<'a> New<'a> {
 
 /// The trampoline of each of `funcs` (with their programs in `new`), for
 /// [`Table::build()`], and the images the generated ones are in, sorted by address.
-/// Points each function that gets a generated trampoline to its slots in its image (and
-/// leaves the others' pointers NULL).  A generation that fails does not fail the
+/// Points each function that gets a generated trampoline to it (`tramp`) and to its
+/// slots in its image (and leaves the others' 0 and NULL).  A generation that fails does not fail the
 /// operation: a function it fails for (no memory for an image, or rkf_multi_run_prog() out
 /// of reach) takes the shared trampoline.  Only this function's own bookkeeping fails it,
 /// for want of memory (`ENOMEM`).
@@ -338,8 +370,7 @@ fn trampolines(
     links: &[Link],
     funcs: &mut [rkf_h::rkf_multi_func],
     new: New<'_>,
-) -> Result<(AreaVec<usize>, AreaVec<Arc<Image>>)> {
-    let mut tramps = AreaVec::from_elem(0usize, funcs.len(), GFP_KERNEL)?;
+) -> Result<AreaVec<Arc<Image>>> {
     let old_images = old.map_or(&[][..], |o| &o.images[..]);
     // What each function could keep, and how many functions would keep each of the old
     // images: an image most of whose functions moved on is not kept alive by the few that
@@ -371,7 +402,7 @@ fn trampolines(
         match cand {
             Some(r) if keeps(r.image) => {
                 funcs[i].progs = r.slots;
-                tramps[i] = r.addr;
+                funcs[i].tramp = text_lo(r.addr as u64)?;
             }
             _ if own => fresh.push(i as u32, GFP_KERNEL)?,
             _ => {}
@@ -389,7 +420,7 @@ fn trampolines(
                     nr_args: f.nr_args.into(),
                     ctx_args: f.ctx_args.into(),
                     site_offset: f.site_offset.into(),
-                    ret_ip: f.ret_ip as u64,
+                    ret_ip: ret_ip(f),
                     progs: new.progs(i as usize, f),
                     nr_fentry: f.nr_fentry.into(),
                     nr_session: f.nr_session.into(),
@@ -403,13 +434,18 @@ fn trampolines(
             states.push(&l.state, GFP_KERNEL)?;
         }
         match image::generate(gen.images, &code, &states, &gen.mitigations) {
-            Ok((image, addrs)) => {
+            // Text is in the top 2 GiB: an image elsewhere is never made.
+            Ok((image, addrs)) if addrs.iter().all(|p| text_lo(p.addr as u64).is_ok()) => {
                 for (&i, &image::Placed { addr, slots }) in fresh.iter().zip(addrs.iter()) {
                     funcs[i as usize].progs = slots;
-                    tramps[i as usize] = addr;
+                    funcs[i as usize].tramp = text_lo(addr as u64)?;
                 }
                 images.push(image, GFP_KERNEL)?;
             }
+            Ok(_) => pr_warn!(
+                "{} functions keep the shared trampoline: their image is not in the top 4 GiB\n",
+                fresh.len()
+            ),
             Err(e) => pr_warn!(
                 "{} functions keep the shared trampoline: generating theirs failed: {:?}\n",
                 fresh.len(),
@@ -418,5 +454,5 @@ fn trampolines(
         }
     }
     rules::sort_by_key(&mut images, |im| im.code());
-    Ok((tramps, images))
+    Ok(images)
 }
