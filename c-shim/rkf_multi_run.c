@@ -275,12 +275,9 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
 
 /*
  * __bpf_prog_enter_recur() and __bpf_prog_exit_recur() of kernel/bpf/trampoline.c, or
- * their _sleepable_ forms, for the program @prog of slot @p (its link's, which the
- * caller read once it saw the link's flag clear, or took the slot from the published
- * table): the caller holds rkf_multi_run_lock(), or RCU tasks trace.  A run the
- * recursion guard skips counts in the program's statistics, and in the link's misses on
- * the function if the link counts (its @counted: @p->data is then the address of the
- * counters and the cookie, not the cookie).
+ * their _sleepable_ forms, for the program @prog with @cookie, counting in @stats if
+ * not NULL: the caller holds rkf_multi_run_lock(), or RCU tasks trace.  A run the
+ * recursion guard skips counts in the program's statistics (and in @stats).
  *
  * What the trampolines call to run programs is notrace and __no_stack_protector: never
  * traced, and without a stack canary.  The only local of theirs whose address is taken
@@ -289,16 +286,10 @@ static __always_inline void rkf_multi_prog_missed(const struct bpf_prog *prog)
  * with no canary either.  On a kernel with CONFIG_STACKPROTECTOR_STRONG (Debian's) a
  * canary costs six instructions a run.
  */
-static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, struct bpf_prog *prog,
-					  u64 *ctx)
+static __always_inline void rkf_multi_run_with(struct bpf_prog *prog, u64 *ctx, u64 cookie,
+					       struct rkf_multi_stats *stats)
 {
-	struct rkf_multi_stats *stats = NULL;
-	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = p->data };
-
-	if (p->link->counted) {
-		stats = (struct rkf_multi_stats *)(unsigned long)p->data;
-		run_ctx.bpf_cookie = stats->cookie;
-	}
+	struct bpf_tramp_run_ctx run_ctx = { .bpf_cookie = cookie };
 
 	run_ctx.saved_run_ctx = bpf_set_run_ctx(&run_ctx.run_ctx);
 	if (likely(bpf_prog_get_recursion_context(prog))) {
@@ -312,6 +303,27 @@ static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p, struct
 	}
 	bpf_prog_put_recursion_context(prog);
 	bpf_reset_run_ctx(run_ctx.saved_run_ctx);
+}
+
+/*
+ * rkf_multi_run_with() for the program of slot @p, whose link is @link (@p->link, which
+ * the caller read once it saw the link's flag clear, or took the slot from the published
+ * table): with the slot's cookie, or, where the link counts (its @counted), with the
+ * counters @p->data then points to and their cookie.  Each case is its own copy of the
+ * run, so that a link that does not count pays one test of the flag, not one per
+ * counter.
+ */
+static __always_inline void rkf_multi_run(const struct rkf_multi_prog *p,
+					  const struct rkf_multi_link_state *link, u64 *ctx)
+{
+	struct rkf_multi_stats *stats;
+
+	if (likely(!link->counted)) {
+		rkf_multi_run_with(link->prog, ctx, p->data, NULL);
+		return;
+	}
+	stats = (struct rkf_multi_stats *)(unsigned long)p->data;
+	rkf_multi_run_with(link->prog, ctx, stats->cookie, stats);
 }
 
 /*
@@ -345,11 +357,11 @@ rkf_multi_run_any(const struct rkf_multi_prog *p, u64 *ctx)
 	prog = link->prog;
 	if (prog->sleepable) {
 		migrate_disable();
-		rkf_multi_run(p, prog, ctx);
+		rkf_multi_run(p, link, ctx);
 		migrate_enable();
 	} else {
 		rkf_multi_run_lock();
-		rkf_multi_run(p, prog, ctx);
+		rkf_multi_run(p, link, ctx);
 		rkf_multi_run_unlock();
 	}
 }
@@ -392,7 +404,7 @@ static __always_inline void rkf_multi_run_one(const struct rkf_multi_prog *p, u6
 	if (any)
 		rkf_multi_run_any(p, ctx);
 	else
-		rkf_multi_run(p, p->link->prog, ctx);
+		rkf_multi_run(p, p->link, ctx);
 }
 
 /*
@@ -647,7 +659,7 @@ notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog
 
 	rkf_multi_run_lock();
 	if (likely(!READ_ONCE(link->detached)))
-		rkf_multi_run(p, link->prog, ctx);
+		rkf_multi_run(p, link, ctx);
 	rkf_multi_run_unlock();
 }
 
