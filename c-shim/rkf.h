@@ -213,7 +213,8 @@ struct rkf_multi_attach_request {
 /*
  * struct rkf_multi_attach_request.flags: keep a count of the program's runs and of the
  * runs the recursion guard skipped on each function (struct rkf_multi_func_info's @hits
- * and @misses), 16 bytes a function and an atomic increment on every run.  Without it
+ * and @misses), 24 bytes a function (with its cookie, which a link that counts keeps
+ * there) and an atomic increment on every run.  Without it
  * a link keeps no count of its own: the kernel's statistics of the program
  * (bpf_prog_info's run_cnt under kernel.bpf_stats_enabled, and recursion_misses)
  * count its runs on all its functions, as they count a BPF trampoline's.
@@ -330,7 +331,8 @@ struct rkf_multi_link_state {
  * @data: for a link that does not count, the program's cookie on the function; for one
  *        that counts (@link's @counted), the address of its struct rkf_multi_stats
  *        there (counters and cookie, which the link owns), read only by a run that saw
- *        the link's @detached clear, as the link's program
+ *        the link's @detached clear or took the slot from the published table, as the
+ *        link's program
  *
  * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function: the code functions
  * without an exit share finds a function's program k at its first slot plus k times

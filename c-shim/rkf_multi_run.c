@@ -635,8 +635,8 @@ notrace __no_stack_protector void rkf_multi_shared_fexit(u64 *ctx, unsigned long
 /**
  * rkf_multi_run_prog() - run one program of a function, on entry or on exit, for a
  * generated trampoline
- * @p:   the program's slot in the trampoline's image: its link (program, id and flag),
- *       cookie and counters
+ * @p:   the program's slot in the trampoline's image: its link (program, id and flags),
+ *       and its cookie or, where the link counts, its counters (@data)
  * @ctx: the trampoline's frame, as for rkf_multi_shared_fentry(), with the return value
  *       on exit
  *
@@ -666,8 +666,8 @@ notrace __no_stack_protector void rkf_multi_run_prog(const struct rkf_multi_prog
 /**
  * rkf_multi_run_sleepable_slot() - run one program of a function with sleepable programs,
  * on entry or on exit, for a generated trampoline
- * @p:   the program's slot in the trampoline's image: its link (program, id and flag),
- *       cookie and counters
+ * @p:   the program's slot in the trampoline's image: its link (program, id and flags),
+ *       and its cookie or, where the link counts, its counters (@data)
  * @ctx: the trampoline's frame
  *
  * The trampoline counts the call in flight, from entry to return or, without an exit,

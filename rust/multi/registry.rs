@@ -266,7 +266,8 @@ impl Registry {
         let modules = core::mem::replace(&mut link.modules, AreaVec::new());
         let (table, updates) = match until_memory(id, || Ok(self.next_table()?)) {
             Ok(tu) => tu,
-            // Building fails only for want of memory, which is waited out: defensive.
+            // Building fails only for want of memory, which is waited out (or for an
+            // address that no text has, which a table's are not): defensive.
             Err(f) => {
                 pr_err!("detaching link {}: {:?}; it stays attached\n", id, f.err);
                 // Put it back where it was: `remove()` just made its room.  Were that to

@@ -19,7 +19,7 @@ use super::{
     error::{AttachError, Refusal},
     ftrace,
     refs::{BtfRef, ModuleRef, Prog, ProgRef},
-    table::TEXT_HIGH,
+    table,
 };
 use crate::{
     abi::AttachRequest,
@@ -29,13 +29,13 @@ use crate::{
 };
 
 /// One function of a link: 8 bytes, one of every function of every link (its cookie is
-/// kept apart, by links that have cookies).
+/// kept apart, by links that have cookies, or with its counters, by links that count).
 ///
 /// # Invariants
 ///
-/// The ftrace site is `TEXT_HIGH | site_lo`: x86-64 kernel and module text lie in the top
-/// 2 GiB of the address space (`__START_KERNEL_map` to `MODULES_END`, the kernel's code
-/// model), whose addresses have their high 32 bits set.
+/// The ftrace site is `table::text(site_lo)`: x86-64 kernel and module text lie in the
+/// top 2 GiB of the address space (`__START_KERNEL_map` to `MODULES_END`, the kernel's
+/// code model), whose addresses have their high 32 bits set.
 #[derive(Clone, Copy)]
 pub(crate) struct Target {
     /// The ftrace site's low 32 bits.
@@ -50,11 +50,11 @@ const _: () = assert!(size_of::<Target>() == 8);
 
 impl Target {
     /// The function whose ftrace site is `site`, `offset` bytes into it, of `nr_args`
-    /// arguments; `None` for a site outside the top 4 GiB, which no text has.
+    /// arguments; `None` for a site outside the top 2 GiB, which no text has.
     fn new(site: u64, offset: u8, nr_args: u8) -> Option<Self> {
-        // INVARIANT: the high 32 bits are checked.
-        (site & TEXT_HIGH == TEXT_HIGH).then_some(Self {
-            site_lo: site as u32,
+        // INVARIANT: `text_lo_of()` gives the low bits of an address of the top 2 GiB.
+        table::text_lo_of(site).map(|site_lo| Self {
+            site_lo,
             offset,
             nr_args,
         })
@@ -62,7 +62,7 @@ impl Target {
 
     /// The ftrace site.
     pub(crate) fn site(&self) -> u64 {
-        TEXT_HIGH | u64::from(self.site_lo)
+        table::text(self.site_lo)
     }
 
     /// How far the site is into the function.

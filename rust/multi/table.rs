@@ -31,22 +31,27 @@ const _: () = assert!(size_of::<rkf_h::rkf_multi_func>() == 24);
 /// The high 32 bits of every address of kernel, module and trampoline text (the top
 /// 2 GiB): a table keeps the low 32 bits of return addresses and trampolines, and a
 /// link those of its targets' sites.
-pub(crate) const TEXT_HIGH: u64 = rkf_h::RKF_MULTI_TEXT_HIGH as u64;
+const TEXT_HIGH: u64 = rkf_h::RKF_MULTI_TEXT_HIGH as u64;
 const _: () = assert!(TEXT_HIGH == 0xffff_ffff_0000_0000);
 
+/// Where text starts: `__START_KERNEL_map`, the top 2 GiB.
+const TEXT_START: u64 = 0xffff_ffff_8000_0000;
+
 /// The text address whose low 32 bits are `lo`.
-fn text(lo: u32) -> u64 {
+pub(crate) fn text(lo: u32) -> u64 {
     TEXT_HIGH | u64::from(lo)
 }
 
-/// The low 32 bits of the text address `addr`, or `EINVAL` if it is not in the top 4 GiB,
-/// where all text is.
+/// The low 32 bits of the text address `addr` (never 0), or `None` if it is not in the top
+/// 2 GiB, where all text is.
+pub(crate) fn text_lo_of(addr: u64) -> Option<u32> {
+    (addr >= TEXT_START).then_some(addr as u32)
+}
+
+/// [`text_lo_of()`], or `EINVAL` for an address that no text has (which the callers'
+/// addresses are not: sites and trampolines are text).
 fn text_lo(addr: u64) -> Result<u32> {
-    if addr & TEXT_HIGH == TEXT_HIGH {
-        Ok(addr as u32)
-    } else {
-        Err(EINVAL)
-    }
+    text_lo_of(addr).ok_or(EINVAL)
 }
 
 /// The return address into `f`.
@@ -360,10 +365,11 @@ impl<'a> New<'a> {
 /// The trampoline of each of `funcs` (with their programs in `new`), for
 /// [`Table::build()`], and the images the generated ones are in, sorted by address.
 /// Points each function that gets a generated trampoline to it (`tramp`) and to its
-/// slots in its image (and leaves the others' 0 and NULL).  A generation that fails does not fail the
-/// operation: a function it fails for (no memory for an image, or rkf_multi_run_prog() out
-/// of reach) takes the shared trampoline.  Only this function's own bookkeeping fails it,
-/// for want of memory (`ENOMEM`).
+/// slots in its image (and leaves the others' 0 and NULL).  A generation that fails does
+/// not fail the operation: a function it fails for (no memory for an image,
+/// rkf_multi_run_prog() out of reach, an image outside the top 2 GiB) takes the shared
+/// trampoline.  Only this function's own bookkeeping fails it, for want of memory
+/// (`ENOMEM`).
 fn trampolines(
     gen: &mut Generation,
     old: Option<&Table>,
@@ -435,7 +441,7 @@ fn trampolines(
         }
         match image::generate(gen.images, &code, &states, &gen.mitigations) {
             // Text is in the top 2 GiB: an image elsewhere is never made.
-            Ok((image, addrs)) if addrs.iter().all(|p| text_lo(p.addr as u64).is_ok()) => {
+            Ok((image, addrs)) if addrs.iter().all(|p| text_lo_of(p.addr as u64).is_some()) => {
                 for (&i, &image::Placed { addr, slots }) in fresh.iter().zip(addrs.iter()) {
                     funcs[i as usize].progs = slots;
                     funcs[i as usize].tramp = text_lo(addr as u64)?;
@@ -443,7 +449,7 @@ fn trampolines(
                 images.push(image, GFP_KERNEL)?;
             }
             Ok(_) => pr_warn!(
-                "{} functions keep the shared trampoline: their image is not in the top 4 GiB\n",
+                "{} functions keep the shared trampoline: their image is not in the top 2 GiB\n",
                 fresh.len()
             ),
             Err(e) => pr_warn!(

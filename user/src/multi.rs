@@ -582,7 +582,7 @@ impl Link {
     }
 
     /// As [`Link::attach()`], the link counting its program's runs and misses on each
-    /// function ([`LinkInfo::counts()`], [`FuncInfo::hits`]): 16 bytes a function more,
+    /// function ([`LinkInfo::counts()`], [`FuncInfo::hits`]): 24 bytes a function more,
     /// and an atomic increment on every run.
     pub fn attach_counted(
         prog: &impl AsFd,

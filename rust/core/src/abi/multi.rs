@@ -58,7 +58,8 @@ pub struct AttachRequest {
 
 /// `RKF_MULTI_F_COUNT` ([`AttachRequest::flags`], [`LinkInfo::flags`]): the link keeps a
 /// count of its program's runs and misses on each function ([`FuncInfo::hits`] and
-/// [`FuncInfo::misses`]), 16 bytes a function and an atomic increment on every run.
+/// [`FuncInfo::misses`]), 24 bytes a function (with the cookie) and an atomic increment
+/// on every run.
 /// Without it, only the kernel's statistics of the program count its runs.
 pub const F_COUNT: u32 = 1 << 0;
 
