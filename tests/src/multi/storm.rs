@@ -24,8 +24,8 @@ use std::{
 use anyhow::{Context, Result};
 
 use super::{
-    attach, callers, check_tramps, kmemleak_kernel, preempt_rt, reset, setup, test_run_fd,
-    testmod_targets, wide, with_shared_only, Tramp, NR_COUNTERS,
+    attach, attach_uncounted, callers, check_tramps, kmemleak_kernel, preempt_rt, reset, setup,
+    test_run_fd, testmod_targets, wide, with_shared_only, Tramp, NR_COUNTERS,
 };
 use crate::{check, check_eq, diag, skel::multi::MultiSkel};
 use rkf::multi::{Func, Link};
@@ -302,8 +302,10 @@ fn with_callers(
 
 /// The storms' churn: `cycles` attach-and-detach cycles of links of `progs` (in turn) on
 /// a reproducible sequence of subsets (seeded with `seed`) of `funcs[..common]`, and one
-/// cycle in a hundred of all of `funcs`, which ftrace then hooks and unhooks.  Returns how
-/// many links it attached (an empty subset attaches none).
+/// cycle in a hundred of all of `funcs`, which ftrace then hooks and unhooks.  Each program's
+/// links count their runs (`RKF_MULTI_F_COUNT`) every other time, so that functions
+/// switch between slots of both kinds, beside the links that stay, which count.  Returns how many links it
+/// attached (an empty subset attaches none).
 pub(super) fn churn(
     progs: &[BorrowedFd<'_>],
     funcs: &[Func],
@@ -329,7 +331,12 @@ pub(super) fn churn(
         if chosen.is_empty() {
             continue;
         }
-        drop(attach(&progs[cycle % progs.len()], &chosen, None)?);
+        let prog = &progs[cycle % progs.len()];
+        drop(if (cycle / progs.len()).is_multiple_of(2) {
+            attach(prog, &chosen, None)?
+        } else {
+            attach_uncounted(prog, &chosen, None)?
+        });
         attached += 1;
     }
     Ok(attached)
