@@ -334,9 +334,11 @@ struct rkf_multi_link_state {
  *        the link's @detached clear or took the slot from the published table, as the
  *        link's program
  *
- * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function: the code functions
- * without an exit share finds a function's program k at its first slot plus k times
- * that.
+ * RKF_MULTI_SLOT_SIZE bytes, one for each program on each function, but that functions
+ * of one image that run the same shared code with the same programs (the same links, the
+ * same cookies, and none that counts) share one copy of them (rust/multi/image.rs): the
+ * code functions without an exit share finds a function's program k at its first slot
+ * plus k times that.
  */
 struct rkf_multi_prog {
 	const struct rkf_multi_link_state *link;
@@ -356,8 +358,8 @@ struct rkf_multi_prog {
 /**
  * struct rkf_multi_func - one traced function, as the trampoline sees it
  * @progs:     its programs: the slots of its generated trampoline, in the image that
- *             the table keeps, or, where it takes the shared trampoline, an array the
- *             table keeps (rust/multi/table.rs)
+ *             the table keeps (functions alike may share them), or, where it takes the
+ *             shared trampoline, an array the table keeps (rust/multi/table.rs)
  * @ret_ip:    the low 32 bits of the return address into it, its ftrace site +
  *             MCOUNT_INSN_SIZE (rkf_multi_ret_ip()): what the shared trampoline finds
  *             it by

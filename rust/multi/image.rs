@@ -340,6 +340,42 @@ fn shared(shape: &Shape, m: &Mitigations) -> tramp_core::Shared {
     }
 }
 
+/// Whether two functions' programs, as their slots hold them, are the same: then they
+/// can run the same slots.
+fn same_progs(a: &[rkf_h::rkf_multi_prog], b: &[rkf_h::rkf_multi_prog]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| ptr::eq(a.link, b.link) && a.data == b.data)
+}
+
+/// For each of `funcs`, with its shape of shared code in `shapes`, the first of them
+/// whose code and slots it can run: the first function of its shape with the same
+/// programs in its slots (the same links, and the same cookies, or none; never a link
+/// that counts, whose slots name counters of their function), or itself.  Such functions
+/// differ only in their address, which the shared code takes from the return address:
+/// one stub and one copy of the slots serve them all.
+fn firsts_alike(funcs: &[FuncCode<'_>], shapes: &[Option<Shape>]) -> Result<AreaVec<u32>> {
+    let n = funcs.len();
+    let bits = multi_table::index_bits(n);
+    let mut index = AreaVec::<u32>::from_elem(0, 1 << bits, GFP_KERNEL)?;
+    let mut first = AreaVec::<u32>::from_elem(0, n, GFP_KERNEL)?;
+    let key = |i: usize| {
+        let s = shapes[i]?;
+        let shape = [s.nr_args, s.saved, s.nr_fentry, s.site_offset].map(u64::from);
+        let slots = funcs[i].progs.iter().flat_map(|p| [p.link as u64, p.data]);
+        Some(multi_table::fold_key(Iterator::chain(
+            shape.into_iter(),
+            slots,
+        )))
+    };
+    let alike = |a: usize, b: usize| {
+        shapes[a].is_some() && shapes[a] == shapes[b] && same_progs(funcs[a].progs, funcs[b].progs)
+    };
+    multi_table::firsts_alike(key, alike, &mut index, bits, &mut first);
+    Ok(first)
+}
+
 /// Generates, in one new image named `rkf_multi_image_<seq>`, the trampolines of
 /// `funcs` for a cpu that wants `m`, with the links' states `links` (program, id and
 /// detached flag: what the slots name, kept as long as the image): returns the image and
@@ -347,18 +383,28 @@ fn shared(shape: &Shape, m: &Mitigations) -> tramp_core::Shared {
 /// sleepable program gets code of its own; the others share code by shape, one copy per
 /// shape at the start of the image, and each has a stub of `tramp_core::STUB` bytes that
 /// jumps to it: 16 bytes a function instead of 64 to 112 for the same code of its own.
+/// Functions of one shape with the same programs (one link that counts nothing on many
+/// functions, with no cookies or the same ones) share one stub and one copy of their
+/// slots ([`firsts_alike()`]): their sites call the same address, as ftrace's direct
+/// calls allow (`register_ftrace_direct()` takes one address for a whole hash of sites),
+/// and they hold no code or slots of their own.
 pub(crate) fn generate(
     seq: u64,
     funcs: &[FuncCode<'_>],
     links: &[&Arc<LinkState>],
     m: &Mitigations,
 ) -> Result<(Arc<Image>, AreaVec<Placed>)> {
+    // Each function's shape of shared code, if it has one.
+    let mut shape_of = AreaVec::<Option<Shape>>::with_capacity(funcs.len(), GFP_KERNEL)?;
+    for f in funcs {
+        shape_of.push(f.shape(), GFP_KERNEL)?;
+    }
+    let first_alike = firsts_alike(funcs, &shape_of)?;
+    let alike = |i: usize| first_alike[i] as usize != i;
     // The shapes of shared code, sorted, each once.
     let mut shapes = AreaVec::<Shape>::new();
-    for f in funcs {
-        if let Some(shape) = f.shape() {
-            shapes.push(shape, GFP_KERNEL)?;
-        }
+    for shape in shape_of.iter().flatten() {
+        shapes.push(*shape, GFP_KERNEL)?;
     }
     multi_table::sort_by_key(&mut shapes, |k| *k);
     let mut kept = 0;
@@ -379,15 +425,20 @@ pub(crate) fn generate(
         size += len;
     }
     // Per function: its offset in the code, the slots of ctx to fill and its length, the
-    // shape it shares code with, if any, and how it runs its fentry programs.
+    // shape it shares code with, if any, and how it runs its fentry programs (nothing for
+    // one that runs the stub of a function alike before it).
     let mut layout =
         AreaVec::<(usize, u32, usize, Option<usize>, _)>::with_capacity(funcs.len(), GFP_KERNEL)?;
     let (mut nr_slots, mut counts_calls) = (0usize, false);
-    for f in funcs {
+    for (i, f) in funcs.iter().enumerate() {
         let saved = f.ctx_args;
+        if alike(i) {
+            layout.push((0, saved, 0, None, AreaVec::new()), GFP_KERNEL)?;
+            continue;
+        }
         counts_calls |= f.counts_calls();
         size = tramp_core::align(size);
-        let shape = f.shape().and_then(|k| shapes.binary_search(&k).ok());
+        let shape = shape_of[i].and_then(|k| shapes.binary_search(&k).ok());
         let direct = f.direct()?;
         let len = match shape {
             Some(_) => tramp_core::STUB,
@@ -407,7 +458,7 @@ pub(crate) fn generate(
     }
     // The slots, in kernel data: `slots` is never resized, so they stay put.
     let mut slots = AreaVec::<rkf_h::rkf_multi_prog>::with_capacity(nr_slots, GFP_KERNEL)?;
-    for f in funcs {
+    for (_, f) in funcs.iter().enumerate().filter(|&(i, _)| !alike(i)) {
         for p in f.progs {
             slots.push(rkf_h::rkf_multi_prog { ..*p }, GFP_KERNEL)?;
         }
@@ -461,7 +512,13 @@ pub(crate) fn generate(
     let mut first_slot = 0usize;
     let mut slot_addrs = AreaVec::<u64>::new();
     let mut placed = AreaVec::with_capacity(funcs.len(), GFP_KERNEL)?;
-    for (f, (at, saved, len, shape, direct)) in funcs.iter().zip(layout.iter()) {
+    for (i, (f, (at, saved, len, shape, direct))) in funcs.iter().zip(layout.iter()).enumerate() {
+        if alike(i) {
+            // The stub and slots of the first function alike, placed before it.
+            let first = placed[first_alike[i] as usize];
+            placed.push(first, GFP_KERNEL)?;
+            continue;
+        }
         let (at, saved, len, shape) = (*at, *saved, *len, *shape);
         // Emitting every function's trampoline, with call depth accounting (whose kernel
         // helpers decode and relocate each sequence, and may be traced themselves), took

@@ -89,7 +89,7 @@ pub(crate) struct Generation {
 /// trampoline is in one of `images`.  Every function of
 /// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
 /// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
-/// its programs, in order; one that takes the shared trampoline, into `_progs`.  An
+/// its programs, in order (which functions alike in that image share with it); one that takes the shared trampoline, into `_progs`.  An
 /// image's slots are the programs the table would hold, so a function's programs are
 /// kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
 /// shared one).

@@ -11,6 +11,7 @@
 //! (bpf_fentry_test10() returns its argument and has no side effect: clang folds the
 //! call away, so it never runs on this kernel.)
 
+mod alike;
 mod everything;
 pub(crate) mod faults;
 mod limits;
@@ -145,6 +146,10 @@ pub const TESTS: &[Test] = &[
     Test {
         name: "multi_uncounted_links",
         run: sleepable::uncounted_links,
+    },
+    Test {
+        name: "multi_alike_functions_share_code",
+        run: alike::alike_functions_share_code,
     },
     Test {
         name: "multi_sleepable_refusals",

@@ -91,7 +91,9 @@
 //! functions of one shape in an image share one copy of it ([`Shared`],
 //! [`emit_shared()`]), and each has a 16-byte stub that hands it the function's first
 //! slot ([`emit_stub()`]).  The function's address, the one constant such code cannot
-//! build in, it takes from the return address into the function.
+//! build in, it takes from the return address into the function: functions whose slots
+//! would hold the same programs, cookies and counters can share one stub and one copy of
+//! their slots too (rust/multi/image.rs does where they are in one image).
 //!
 //! Like a BPF trampoline, the code restores the argument registers BTF says the function
 //! takes, and for a function of more than six arguments copies the ones the caller

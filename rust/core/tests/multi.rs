@@ -251,6 +251,38 @@ proptest! {
         prop_assert_eq!(seen, (0..all.len() as u32).collect::<Vec<_>>());
     }
 
+    /// Each item's first alike is the least index of its kind, as a quadratic search
+    /// finds it; items with no key are their own; keys that collide (the kinds of `kinds`
+    /// share 4 keys) keep their kinds apart.
+    #[test]
+    fn firsts_alike_are_the_least_of_their_kind(
+        kinds in prop::collection::vec(prop::option::of(0u8..12), 0..300),
+    ) {
+        let n = kinds.len();
+        let key = |i: usize| kinds[i].map(|k| fold_key([u64::from(k % 4)].into_iter()));
+        let alike = |a: usize, b: usize| kinds[a].is_some() && kinds[a] == kinds[b];
+        let bits = index_bits(n);
+        let mut index = vec![0; 1 << bits];
+        let mut first = vec![u32::MAX; n];
+        firsts_alike(key, alike, &mut index, bits, &mut first);
+        for i in 0..n {
+            let want = match kinds[i] {
+                None => i,
+                Some(_) => (0..=i).find(|&j| alike(j, i)).unwrap(),
+            };
+            prop_assert_eq!(first[i] as usize, want, "item {} of {:?}", i, kinds);
+        }
+    }
+
+    #[test]
+    fn fold_key_keeps_every_word(words in prop::collection::vec(any::<u64>(), 1..8), at in 0usize..8, bit in 0u32..64) {
+        let at = at % words.len();
+        let mut other = words.clone();
+        other[at] ^= 1 << bit;
+        prop_assert_eq!(fold_key(words.iter().copied()), fold_key(words.iter().copied()));
+        prop_assert_ne!(fold_key(words.iter().copied()), fold_key(other.iter().copied()));
+    }
+
     #[test]
     fn heapsort_sorts(mut v in prop::collection::vec((0u8..20, 0u32..1000), 0..200)) {
         let mut want = v.clone();

@@ -207,6 +207,53 @@ pub fn index_bits(n: usize) -> u32 {
     bits
 }
 
+/// Folds `words` into one 64-bit key for [`firsts_alike()`]: equal sequences give equal
+/// keys, and the bits of every word reach the high bits [`bucket()`] takes.
+pub fn fold_key(words: impl Iterator<Item = u64>) -> u64 {
+    words.fold(0, |h, w| {
+        (h ^ w).wrapping_mul(GOLDEN_RATIO_64).rotate_left(29)
+    })
+}
+
+/// For each of `first.len()` items, the first item alike: `first[i]` is the least `j`
+/// with `alike(j, i)`, or `i` for an item with no key.  `key(i)` is the item's key
+/// ([`fold_key()`]), `None` for an item that is alike to none; `alike` is an equivalence
+/// of the items with keys, under which alike items have the same key.  `index` is an
+/// open-addressing table of `1 << bits` buckets, zeroed by the caller, with more buckets
+/// than items ([`index_bits()`]): a bucket ends up holding the first item of a kind,
+/// plus one.  Linear in the items (for keys that spread over the buckets), where sorting
+/// them to find the runs of alike ones was not: the kernel calls it on every function
+/// an attach generates code for.
+pub fn firsts_alike(
+    key: impl Fn(usize) -> Option<u64>,
+    alike: impl Fn(usize, usize) -> bool,
+    index: &mut [u32],
+    bits: u32,
+    first: &mut [u32],
+) {
+    let mask = (1usize << bits) - 1;
+    for (i, first) in first.iter_mut().enumerate() {
+        *first = i as u32;
+        let Some(k) = key(i) else {
+            continue;
+        };
+        let mut b = bucket(k, bits);
+        loop {
+            match index[b].checked_sub(1) {
+                None => {
+                    index[b] = i as u32 + 1;
+                    break;
+                }
+                Some(j) if alike(j as usize, i) => {
+                    *first = j;
+                    break;
+                }
+                Some(_) => b = (b + 1) & mask,
+            }
+        }
+    }
+}
+
 /// Builds the open-addressing index of `keys` (distinct), the key at each position or
 /// `None` where that position is left out: `index` has `1 << bits` buckets, zeroed by the
 /// caller; a bucket holds the position of a key plus one, or 0.  Linear probing from
