@@ -39,7 +39,8 @@ pub(crate) struct Image {
     code: usize,
     /// The bytes of its code.
     size: usize,
-    /// Functions whose trampolines were generated into it.
+    /// Functions whose trampolines were generated into it (those that share one stub
+    /// each counted).
     funcs: u32,
     /// Whether it has trampolines that count calls in flight: from entry to return
     /// (an exit) or around their programs (sleepable fentry programs, no exit).
@@ -317,7 +318,8 @@ fn account(ip: u64, out: &mut [u8]) -> bool {
 }
 
 /// Where [`generate()`] put one function: its trampoline, and its first slot (a copy of
-/// its programs, in order), which the image keeps for as long as it lives.
+/// its programs, in order, which functions alike share), which the image keeps for as
+/// long as it lives.
 #[derive(Clone, Copy)]
 pub(crate) struct Placed {
     /// The trampoline's address.

@@ -89,7 +89,7 @@ pub(crate) struct Generation {
 /// trampoline is in one of `images`.  Every function of
 /// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
 /// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
-/// its programs, in order (which functions alike in that image share with it); one that takes the shared trampoline, into `_progs`.  An
+/// its programs, in order (functions alike in that image may share it); one that takes the shared trampoline, into `_progs`.  An
 /// image's slots are the programs the table would hold, so a function's programs are
 /// kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
 /// shared one).
@@ -380,7 +380,8 @@ fn trampolines(
     let old_images = old.map_or(&[][..], |o| &o.images[..]);
     // What each function could keep, and how many functions would keep each of the old
     // images: an image most of whose functions moved on is not kept alive by the few that
-    // stay (they get new trampolines), so images hold at most twice the live code.
+    // stay (they get new trampolines).  Functions are counted, not bytes: those that stay
+    // may share one stub where those that went had one each.
     let mut kept = AreaVec::<u32>::from_elem(0, old_images.len(), GFP_KERNEL)?;
     let mut cands = AreaVec::<Option<Reuse>>::with_capacity(funcs.len(), GFP_KERNEL)?;
     // Every function gets its own trampoline, unless the module was told otherwise.

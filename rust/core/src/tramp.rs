@@ -92,8 +92,9 @@
 //! [`emit_shared()`]), and each has a 16-byte stub that hands it the function's first
 //! slot ([`emit_stub()`]).  The function's address, the one constant such code cannot
 //! build in, it takes from the return address into the function: functions whose slots
-//! would hold the same programs, cookies and counters can share one stub and one copy of
-//! their slots too (rust/multi/image.rs does where they are in one image).
+//! would hold the same programs and cookies, through links that count nothing (a link
+//! that counts has counters per function), can share one stub and one copy of their
+//! slots too (rust/multi/image.rs does where they are in one image).
 //!
 //! Like a BPF trampoline, the code restores the argument registers BTF says the function
 //! takes, and for a function of more than six arguments copies the ones the caller
@@ -876,7 +877,7 @@ pub const STUB: usize = 16;
 /// mov rax, [rbp+8]; sub rax, 5+site_offset; mov [rbp-120], rax    ctx[-2]
 /// [movabs rax, &inflight; inc qword gs:[rax]]   counted
 /// for each program k:
-///     mov rdi, [rbp-8]; [add rdi, 32*k]; lea rsi, [rbp-104]
+///     mov rdi, [rbp-8]; [add rdi, 16*k]; lea rsi, [rbp-104]
 ///     [account]; call run                       run(slot, ctx)
 /// [movabs rax, &inflight; dec qword gs:[rax]]   counted
 /// mov <arg i>, [rbp-104+8*i] ...

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Functions that share their trampoline: in one image, the functions of one shape of
-//! shared code (no exit, no sleepable program; the same argument count and ftrace site
-//! offset) whose slots hold the same programs and cookies, and whose links count
-//! nothing, have one stub and one copy of their slots between them (rust/multi/image.rs,
-//! `firsts_alike()`).  Their sites call the same address; each program still sees its
-//! own function's address, arguments and cookie.
+//! shared code (no exit, no sleepable program; the same argument count, ctx slots filled,
+//! program count and ftrace site offset) whose slots hold the same programs and cookies,
+//! and whose links count nothing, have one stub and one copy of their slots between them
+//! (rust/multi/image.rs, `firsts_alike()`).  Their sites call the same address; each
+//! program still sees its own function's address, arguments and cookie.  Only functions
+//! of one image share: a function moved by a later operation gets a new image.
 
 use std::collections::HashMap;
 
@@ -190,6 +191,43 @@ pub(super) fn alike_functions_share_code() -> Result<()> {
         "two links: count_fentry0's runs on each function"
     );
     drop(b);
+    // Every function changed (6 of 9 lost a program): all regenerated in one image.
+    check_shared(&funcs, &shape, "the second link detached")?;
+
+    // A function alike to others by shape and links, but in another image: a link on
+    // bpf_fentry_test7 alone, then detached, moves it to an image of its own twice, while
+    // the other eight keep theirs (most of their image's functions stay).
+    let (t1, t7) = (&funcs[0], &funcs[6]);
+    check_eq!(
+        (t1.nr_args, offsets[0], t7.nr_args, offsets[6]),
+        (1, offsets[0], 1, offsets[0]),
+        "bpf_fentry_test1 and bpf_fentry_test7: (arguments, site offset) of each"
+    );
+    drop(attach_uncounted(
+        &skel.progs.count_fentry0,
+        std::slice::from_ref(t7),
+        None,
+    )?);
+    let targets = direct_targets()?;
+    let of = |f: &Func| targets.get(&f.qualified_name()).cloned();
+    check!(
+        of(t7).is_some() && of(t7) != of(t1),
+        "after a link on {} alone came and went, it has a stub of its own, in another image than {}'s: {:?} and {:?}",
+        t7.name,
+        t1.name,
+        of(t7),
+        of(t1)
+    );
+    for f in [&funcs[7], &funcs[8]] {
+        check_eq!(
+            of(f),
+            of(t1),
+            "{} and {} stayed in their image, sharing a stub",
+            f.name,
+            t1.name
+        );
+    }
+    check_runs(&mut skel, &funcs, &vec![0; n], "after the move")?;
     drop(a);
 
     // Cookies: functions with the same cookie are alike, those with another are not.

@@ -208,7 +208,9 @@ pub fn index_bits(n: usize) -> u32 {
 }
 
 /// Folds `words` into one 64-bit key for [`firsts_alike()`]: equal sequences give equal
-/// keys, and the bits of every word reach the high bits [`bucket()`] takes.
+/// keys, and two sequences of one length that differ in one word give different keys
+/// (each step is a bijection of the key so far: an xor, a multiplication by an odd
+/// number, a rotation).
 pub fn fold_key(words: impl Iterator<Item = u64>) -> u64 {
     words.fold(0, |h, w| {
         (h ^ w).wrapping_mul(GOLDEN_RATIO_64).rotate_left(29)
@@ -221,7 +223,8 @@ pub fn fold_key(words: impl Iterator<Item = u64>) -> u64 {
 /// of the items with keys, under which alike items have the same key.  `index` is an
 /// open-addressing table of `1 << bits` buckets, zeroed by the caller, with more buckets
 /// than items ([`index_bits()`]): a bucket ends up holding the first item of a kind,
-/// plus one.  Linear in the items (for keys that spread over the buckets), where sorting
+/// plus one.  With fewer buckets, every item is left its own first (nothing is found
+/// alike), as the probes could not end.  Linear in the items (for keys that spread over the buckets), where sorting
 /// them to find the runs of alike ones was not: the kernel calls it on every function
 /// an attach generates code for.
 pub fn firsts_alike(
@@ -231,10 +234,11 @@ pub fn firsts_alike(
     bits: u32,
     first: &mut [u32],
 ) {
+    let room = index.len() == 1usize << bits && first.len() < index.len();
     let mask = (1usize << bits) - 1;
     for (i, first) in first.iter_mut().enumerate() {
         *first = i as u32;
-        let Some(k) = key(i) else {
+        let Some(k) = key(i).filter(|_| room) else {
             continue;
         };
         let mut b = bucket(k, bits);
