@@ -343,8 +343,8 @@ fn shared(shape: &Shape, m: &Mitigations) -> tramp_core::Shared {
 }
 
 /// Whether two functions' programs, as their slots hold them, are the same: then they
-/// can run the same slots.
-fn same_progs(a: &[rkf_h::rkf_multi_prog], b: &[rkf_h::rkf_multi_prog]) -> bool {
+/// can run the same slots (and a function can keep code made for the same programs).
+pub(crate) fn same_progs(a: &[rkf_h::rkf_multi_prog], b: &[rkf_h::rkf_multi_prog]) -> bool {
     a.len() == b.len()
         && a.iter()
             .zip(b)

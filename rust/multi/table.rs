@@ -89,9 +89,9 @@ pub(crate) struct Generation {
 /// trampoline is in one of `images`.  Every function of
 /// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
 /// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
-/// its programs, in order (functions alike in that image may share it); one that takes the shared trampoline, into `_progs`.  An
-/// image's slots are the programs the table would hold, so a function's programs are
-/// kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
+/// its programs, in order (functions alike in that image may share it); one that takes
+/// the shared trampoline, into `_progs`.  An image's slots are the programs the table
+/// would hold, so a function's programs are kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
 /// shared one).
 pub(crate) struct Table {
     raw: KBox<rkf_h::rkf_multi_table>,
@@ -297,11 +297,7 @@ impl Table {
             && o.nr_args == f.nr_args
             && o.nr_fentry == f.nr_fentry
             && o.nr_session == f.nr_session
-            && old.len() == progs.len()
-            && old
-                .iter()
-                .zip(progs)
-                .all(|(a, b)| ptr::eq(a.link, b.link) && a.data == b.data);
+            && image::same_progs(old, progs);
         let addr = tramp(o) as usize;
         if !same || addr == 0 {
             return None;

@@ -224,9 +224,9 @@ pub fn fold_key(words: impl Iterator<Item = u64>) -> u64 {
 /// open-addressing table of `1 << bits` buckets, zeroed by the caller, with more buckets
 /// than items ([`index_bits()`]): a bucket ends up holding the first item of a kind,
 /// plus one.  With fewer buckets, every item is left its own first (nothing is found
-/// alike), as the probes could not end.  Linear in the items (for keys that spread over the buckets), where sorting
-/// them to find the runs of alike ones was not: the kernel calls it on every function
-/// an attach generates code for.
+/// alike), as the probes could not end.  Linear in the items (for keys that spread over
+/// the buckets), where sorting them to find the runs of alike ones was not: the kernel
+/// calls it on every function an attach generates code for.
 pub fn firsts_alike(
     key: impl Fn(usize) -> Option<u64>,
     alike: impl Fn(usize, usize) -> bool,
