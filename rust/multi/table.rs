@@ -86,13 +86,13 @@ pub(crate) struct Generation {
 ///
 /// Every function's `ret_ip` and non-zero `tramp` are the low 32 bits of addresses of
 /// text (`TEXT_HIGH` is their high 32 bits), sorted by `ret_ip`; every non-zero
-/// trampoline is in one of `images`.  Every function of
-/// `funcs` points to its `nr_progs` programs (`progs`), which do not change: a function
-/// with a generated trampoline, to its slots in the image its trampoline is in, a copy of
-/// its programs, in order (functions alike in that image may share it); one that takes
-/// the shared trampoline, into `_progs`.  An image's slots are the programs the table
-/// would hold, so a function's programs are kept once, not twice.  `_index` holds exactly the functions whose trampoline is 0 (the
-/// shared one).
+/// trampoline is in one of `images`.  Every function of `funcs` points to its `nr_progs`
+/// programs (`progs`), which do not change: a function with a generated trampoline, to
+/// its slots in the image its trampoline is in, a copy of its programs, in order
+/// (functions alike in that image may share it); one that takes the shared trampoline,
+/// into `_progs`.  An image's slots are the programs the table would hold, so a
+/// function's programs are kept once, not twice.  `_index` holds exactly the functions
+/// whose trampoline is 0 (the shared one).
 pub(crate) struct Table {
     raw: KBox<rkf_h::rkf_multi_table>,
     _index: AreaVec<u32>,

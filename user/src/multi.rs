@@ -172,17 +172,43 @@ pub fn holders(mut callers: HashMap<String, String>) -> HashMap<String, String> 
     callers
 }
 
-/// [`direct_callers()`] of the text of `enabled_functions` (kernel/trace/ftrace.c
-/// `t_show()`): a line per function, `name [module] (count) flags`, the direct caller on
-/// a line of its own after it, `\tdirect-->symbol+offset/size`.
-///
-/// A caller at the very end of a symbol (`offset` equal to `size`) is given as
-/// `symbol+offset`: it is the first byte of whatever follows, which `%pS` names by the
-/// symbol before it when both are BPF text (the BPF ksym tree counts a symbol's end as
-/// its own, for return addresses after a final call: `bpf_tree_comp()` in
-/// kernel/bpf/core.c), as a BPF trampoline allocated right after an rkf_multi image in a
-/// pack.  [`resolve_ends()`] names it.
-pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
+/// A function's direct call, as its `direct-->` line of `enabled_functions` names the
+/// target: `symbol+offset/size` (`%pS`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DirectCall {
+    /// The symbol the target is in, or the target's address (`0x...`) if kallsyms has no
+    /// symbol there.
+    pub sym: String,
+    /// How far into `sym` the target is.
+    pub offset: u64,
+    /// The size of `sym` (0 for an address).
+    pub size: u64,
+}
+
+impl DirectCall {
+    /// Whether the target is the end of `sym`, that is the first byte of whatever follows
+    /// it (see [`parse_direct_callers()`]).
+    pub fn at_end(&self) -> bool {
+        self.offset != 0 && self.offset == self.size
+    }
+}
+
+impl core::fmt::Display for DirectCall {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}+{:#x}/{:#x}", self.sym, self.offset, self.size)
+    }
+}
+
+/// The direct call of every function that has one, from the text of `enabled_functions`
+/// (kernel/trace/ftrace.c `t_show()`): a line per function, `name [module] (count)
+/// flags`, the direct call on a line of its own after it,
+/// `\tdirect-->symbol+offset/size [module]` (`direct(jmp)-->` for a jump), by the
+/// function's name (`name`, or `name [module]`).
+pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
+    let hex = |s: &str| {
+        s.strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+    };
     let mut out = HashMap::new();
     let mut current: Option<&str> = None;
     for line in text.lines() {
@@ -200,19 +226,41 @@ pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
                 if sym.is_empty() {
                     continue;
                 }
-                let at_end = at
-                    .split_once('/')
-                    .filter(|(offset, size)| offset == size && *offset != "0x0");
-                let caller = match at_end {
-                    Some((offset, _)) => format!("{sym}+{offset}"),
-                    None => sym.to_string(),
+                let (offset, size) = at.split_once('/').unwrap_or((at, ""));
+                let call = DirectCall {
+                    sym: sym.to_string(),
+                    offset: hex(offset).unwrap_or(0),
+                    size: hex(size).unwrap_or(0),
                 };
-                out.insert(name.to_string(), caller);
+                out.insert(name.to_string(), call);
             }
             None => current = line.find(" (").map(|i| &line[..i]),
         }
     }
     out
+}
+
+/// [`direct_callers()`] of the text of `enabled_functions`: each function's caller
+/// ([`parse_direct_calls()`]) by its symbol.
+///
+/// A caller at the very end of a symbol ([`DirectCall::at_end()`]) is given as
+/// `symbol+offset`: it is the first byte of whatever follows, which `%pS` names by the
+/// symbol before it when both are BPF text (the BPF ksym tree counts a symbol's end as
+/// its own, for return addresses after a final call: `bpf_tree_comp()` in
+/// kernel/bpf/core.c), as a BPF trampoline allocated right after an rkf_multi image in a
+/// pack.  [`resolve_ends()`] names it.
+pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
+    parse_direct_calls(text)
+        .into_iter()
+        .map(|(name, call)| {
+            let caller = if call.at_end() {
+                format!("{}+{:#x}", call.sym, call.offset)
+            } else {
+                call.sym
+            };
+            (name, caller)
+        })
+        .collect()
 }
 
 /// Names the callers [`parse_direct_callers()`] gave as `symbol+offset` (the end of
@@ -868,6 +916,39 @@ mod tests {
         assert_eq!(c.len(), 4, "{c:?}");
         assert_eq!(c["bpf_fentry_test2"], "rkf_multi_tramp");
         assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_7");
+    }
+
+    /// Each direct call's symbol, offset and size exactly, for a call and a jump, and an
+    /// address that kallsyms has no symbol for.
+    #[test]
+    fn direct_calls_parsed() {
+        let text = "bpf_fentry_test1 (1)      D       \n\
+                    \tdirect-->rkf_multi_image_7+0x40/0x1000 [bpf]\n\
+                    foo [mod] (1)      D       \n\
+                    \tdirect(jmp)-->bpf_trampoline_77+0x0/0x1000 [bpf]\n\
+                    bar (1)      D       \n\
+                    \tdirect-->0xffffffffa0001000\n\
+                    vfs_read (1) R            \ttramp: 0xffffffffc0a01000 (function_trace_call+0x0/0x80) ->ftrace_ops_list_func+0x0/0x1a0\n";
+        let c = super::parse_direct_calls(text);
+        let call = |sym: &str, offset, size| super::DirectCall {
+            sym: sym.to_string(),
+            offset,
+            size,
+        };
+        assert_eq!(c.len(), 3, "{c:?}");
+        assert_eq!(
+            c["bpf_fentry_test1"],
+            call("rkf_multi_image_7", 0x40, 0x1000)
+        );
+        assert_eq!(c["foo [mod]"], call("bpf_trampoline_77", 0, 0x1000));
+        assert_eq!(c["bar"], call("0xffffffffa0001000", 0, 0));
+        assert_eq!(
+            c["bpf_fentry_test1"].to_string(),
+            "rkf_multi_image_7+0x40/0x1000"
+        );
+        assert!(!c["bpf_fentry_test1"].at_end());
+        assert!(call("rkf_multi_image_7", 0x40, 0x40).at_end());
+        assert!(!call("rkf_multi_image_7", 0, 0).at_end());
     }
 
     /// A caller at the very end of a BPF symbol is whatever starts there: a BPF

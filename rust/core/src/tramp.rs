@@ -288,11 +288,12 @@ pub struct Exit<'a> {
 /// `migrate_enable()` inline, as a BPF trampoline takes them; `func` is the program's
 /// `bpf_func`, called directly.  Without counters (a link that does not count), the hit
 /// and the miss are left out and the recursion guard's `je` goes to `done`.  Every call
-/// is direct, to a target named here.  The link's flag is read first, as the shared trampoline's run reads it: the image keeps
-/// the link's state; a link that shared a function with a sleepable program is freed
-/// only after an RCU tasks grace period and then an RCU tasks trace one, and a task that
-/// saw its flag clear holds back the first until it sleeps, which it does only in the
-/// program, inside `enter`'s RCU tasks trace read side, which holds back the second.
+/// is direct, to a target named here.  The link's flag is read first, as the shared
+/// trampoline's run reads it: the image keeps the link's state; a link that shared a
+/// function with a sleepable program is freed only after an RCU tasks grace period and
+/// then an RCU tasks trace one, and a task that saw its flag clear holds back the first
+/// until it sleeps, which it does only in the program, inside `enter`'s RCU tasks trace
+/// read side, which holds back the second.
 #[derive(Clone, Copy, Debug)]
 pub struct Direct {
     /// Its link's detached flag (a byte): once set, the program is not run.
@@ -373,10 +374,10 @@ pub fn align(off: usize) -> usize {
 
 /// Bytes of the code of a trampoline for a function of `nr_args` arguments that fills
 /// `saved` slots of ctx, runs `nr_entry` fentry programs, those of `direct` that are
-/// `Some` itself ([`Spec::direct`]), and, with `exit` (session programs, fexit
-/// programs), calls the function and runs that many session and fexit programs, or without it, with its programs
-/// `counted` ([`Spec::counted`]; [`emit()`] refuses a count with an exit), on a cpu that
-/// wants `m`.
+/// `Some` itself ([`Spec::direct`]), and, with `exit` (session programs, fexit programs),
+/// calls the function and runs that many session and fexit programs, or without it, with
+/// its programs `counted` ([`Spec::counted`]; [`emit()`] refuses a count with an exit),
+/// on a cpu that wants `m`.
 pub fn len(
     nr_args: u32,
     saved: u32,

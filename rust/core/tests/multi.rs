@@ -431,9 +431,9 @@ fn batch_sizes_with_a_fixed_cost() {
 
 proptest! {
     /// Every size is legal; a fast update grows the next (at most eightfold below
-    /// BATCH_LEAP_NS, twice above), one in between
-    /// keeps it, a slow one shrinks it, and with a fixed cost under BATCH_SHRINK_NS plus a cost per site
-    /// of up to 100 ms, no update after the first takes over twice BATCH_SHRINK_NS.
+    /// BATCH_LEAP_NS, twice above), one in between keeps it, a slow one shrinks it, and
+    /// with a fixed cost under BATCH_SHRINK_NS plus a cost per site of up to 100 ms, no
+    /// update after the first takes over twice BATCH_SHRINK_NS.
     #[test]
     fn batch_size_follows_the_time(size in 1usize..=BATCH_MAX, took in 0u64..=100 * BATCH_SHRINK_NS,
                                    fixed in 0u64..BATCH_SHRINK_NS, per_site in 0u64..100_000_000) {

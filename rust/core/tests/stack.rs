@@ -172,9 +172,11 @@ fn build_ids() {
     resolve_build_ids(&mut m, &mut buf, ips.len(), 12);
     let page = 1u64 << 12;
     assert_eq!(decode(&buf, 0), (STATUS_VALID, id_a, 2 * page + 0x10));
-    assert_eq!(decode(&buf, 1), (STATUS_VALID, id_a, 2 * page + 0x1000)); // from the cache
-    assert_eq!(decode(&buf, 2), (STATUS_IP, [0; BUILD_ID_SIZE], 0x5008)); // anonymous
-                                                                          // In the gap before 0x5000: find_vma() gives the next vma, anonymous: ip.
+    // From the cache.
+    assert_eq!(decode(&buf, 1), (STATUS_VALID, id_a, 2 * page + 0x1000));
+    // Anonymous: ip.
+    assert_eq!(decode(&buf, 2), (STATUS_IP, [0; BUILD_ID_SIZE], 0x5008));
+    // In the gap before 0x5000: find_vma() gives the next vma, anonymous: ip.
     assert_eq!(decode(&buf, 3), (STATUS_IP, [0; BUILD_ID_SIZE], 0x4000));
     assert_eq!(decode(&buf, 4), (STATUS_IP, [0; BUILD_ID_SIZE], 0x7004)); // unparsable
     assert_eq!(decode(&buf, 5), (STATUS_IP, [0; BUILD_ID_SIZE], 0x7008)); // cached as such

@@ -14,30 +14,12 @@ use anyhow::{Context, Result};
 
 use super::{attach, attach_uncounted, check_args, reset, setup, trigger, Tramp};
 use crate::{check, check_eq, diag, skel::multi::MultiSkel};
-use rkf::multi::{self, Func};
+use rkf::multi::{self, DirectCall, Func};
 
 /// The direct call of each hooked function's site, as ftrace's `enabled_functions` shows
-/// it: `symbol+offset` (`rkf_multi_image_3+0x40`), the symbol's size left out, by the
-/// function's name (`name`, or `name [module]`).
-fn direct_targets() -> Result<HashMap<String, String>> {
-    let text = multi::enabled_functions()?;
-    let mut out = HashMap::new();
-    let mut current = None;
-    for line in text.lines() {
-        match line.strip_prefix("\tdirect-->") {
-            Some(target) => {
-                let target = target.split([' ', '/']).next().unwrap_or(target);
-                if let Some(name) = current.take() {
-                    out.insert(name, target.to_string());
-                }
-            }
-            None if !line.starts_with('\t') => {
-                current = line.find(" (").map(|i| line[..i].to_string());
-            }
-            None => {}
-        }
-    }
-    Ok(out)
+/// it, by the function's name (`name`, or `name [module]`).
+fn direct_targets() -> Result<HashMap<String, DirectCall>> {
+    Ok(multi::parse_direct_calls(&multi::enabled_functions()?))
 }
 
 /// How far into each of `funcs` its ftrace site is (0, or 4 past an ENDBR), from ftrace's
@@ -85,19 +67,18 @@ fn check_shared<K: Eq + std::fmt::Debug>(funcs: &[Func], keys: &[K], what: &str)
     };
     for f in funcs {
         let t = target(f)?;
-        let sym = t.split('+').next().unwrap_or(t);
         check_eq!(
-            Tramp::of(sym),
+            Tramp::of(&t.sym),
             Some(Tramp::Generated),
             "{what}: the trampoline of {} ({t})",
             f.name
         );
     }
-    let mut distinct = Vec::new();
+    let mut distinct: Vec<&DirectCall> = Vec::new();
     for (i, a) in funcs.iter().enumerate() {
         let ta = target(a)?;
-        if !distinct.contains(ta) {
-            distinct.push(ta.clone());
+        if !distinct.contains(&ta) {
+            distinct.push(ta);
         }
         for (j, b) in funcs.iter().enumerate().skip(i + 1) {
             let tb = target(b)?;
@@ -246,7 +227,7 @@ pub(super) fn alike_functions_share_code() -> Result<()> {
     // A link that counts: each function has its own counters, so its own slots and stub.
     let a = attach(&skel.progs.multi_fentry, &funcs, None)?;
     let targets = direct_targets()?;
-    let mut distinct: Vec<&String> = funcs
+    let mut distinct: Vec<&DirectCall> = funcs
         .iter()
         .filter_map(|f| targets.get(&f.qualified_name()))
         .collect();

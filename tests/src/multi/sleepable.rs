@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Sleepable programs (`RKF_MULTI_FENTRY_S`, `RKF_MULTI_FEXIT_S`, `RKF_MULTI_FSESSION_S`), after upstream's
-//! sleepable tracing_multi subtests: exact counts, cookies and return values on syscall
-//! wrappers, a `bpf_copy_from_user()` that has to fault a page in (where a non-sleepable
-//! program's `bpf_probe_read_user()` cannot), and the refusal of functions that may not
-//! sleep.
+//! Sleepable programs (`RKF_MULTI_FENTRY_S`, `RKF_MULTI_FEXIT_S`,
+//! `RKF_MULTI_FSESSION_S`), after upstream's sleepable tracing_multi subtests: exact
+//! counts, cookies and return values on syscall wrappers, a `bpf_copy_from_user()` that
+//! has to fault a page in (where a non-sleepable program's `bpf_probe_read_user()`
+//! cannot), and the refusal of functions that may not sleep.
 
 use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsFd, ptr};
 

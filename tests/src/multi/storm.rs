@@ -302,10 +302,10 @@ fn with_callers(
 
 /// The storms' churn: `cycles` attach-and-detach cycles of links of `progs` (in turn) on
 /// a reproducible sequence of subsets (seeded with `seed`) of `funcs[..common]`, and one
-/// cycle in a hundred of all of `funcs`, which ftrace then hooks and unhooks.  Each program's
-/// links count their runs (`RKF_MULTI_F_COUNT`) every other time, so that functions
-/// switch between slots of both kinds, beside the links that stay, which count.  Returns how many links it
-/// attached (an empty subset attaches none).
+/// cycle in a hundred of all of `funcs`, which ftrace then hooks and unhooks.  Each
+/// program's links count their runs (`RKF_MULTI_F_COUNT`) every other time, so that
+/// functions switch between slots of both kinds, beside the links that stay, which
+/// count.  Returns how many links it attached (an empty subset attaches none).
 pub(super) fn churn(
     progs: &[BorrowedFd<'_>],
     funcs: &[Func],

@@ -102,8 +102,8 @@ enum Cmd {
     /// Count calls to kernel functions, like bcc's funccount (needs rkf_multi).
     ///
     /// Every function matching a GLOB (`vfs_*`, `tcp_v4_*`, an exact name, or
-    /// `MODULE:GLOB` for a module's) is attached through one rkf_multi link. Functions that cannot be traced honestly are
-    /// left out of a glob, and counted by reason.
+    /// `MODULE:GLOB` for a module's) is attached through one rkf_multi link. Functions
+    /// that cannot be traced honestly are left out of a glob, and counted by reason.
     Funccount {
         /// Function names or globs.
         #[arg(required = true)]

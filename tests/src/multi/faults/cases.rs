@@ -74,7 +74,8 @@ impl Request {
 /// Link A an fexit (`count_fexit0`) on bpf_fentry_test1..3, link B an fentry
 /// (`count_fentry0`) on bpf_fentry_test2..5: two functions shared, whose generated
 /// trampolines change (and bpf_fentry_test1's with them: one of the image's three
-/// functions, fewer than half, does not keep it), two hooked anew; bpf_fentry_test6..9, called by each run, in no link.
+/// functions, fewer than half, does not keep it), two hooked anew; bpf_fentry_test6..9,
+/// called by each run, in no link.
 pub(super) struct Fentry<'o> {
     skel: MultiSkel<'o>,
     layout: Layout,
