@@ -160,7 +160,7 @@ pub const DIRECT_CALLER_READS: usize = 10;
 /// The text of ftrace's `enabled_functions`: every function ftrace has hooked, a line
 /// each (`name`, or `name [module]`, then its ops count and flags), and under a function
 /// with a direct caller a tab-indented `direct-->` line naming it
-/// ([`parse_direct_callers()`]).
+/// ([`parse_direct_calls()`]).
 pub fn enabled_functions() -> Result<String> {
     let path = tracefs()?.join("enabled_functions");
     std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
@@ -172,30 +172,36 @@ pub fn holders(mut callers: HashMap<String, String>) -> HashMap<String, String> 
     callers
 }
 
-/// A function's direct call, as its `direct-->` line of `enabled_functions` names the
-/// target: `symbol+offset/size` (`%pS`).
+/// A function's direct call, as its `direct-->` (or `direct(jmp)-->`) line of
+/// `enabled_functions` names the target: `symbol+offset/size` (`%pS`), or an address
+/// where kallsyms has no symbol.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DirectCall {
-    /// The symbol the target is in, or the target's address (`0x...`) if kallsyms has no
-    /// symbol there.
+    /// The symbol `%pS` named the target by (the one before it, if the target is its end:
+    /// [`DirectCall::at_end()`]), or the target's address (`0x...`) where it named none.
     pub sym: String,
-    /// How far into `sym` the target is.
-    pub offset: u64,
-    /// The size of `sym` (0 for an address).
-    pub size: u64,
+    /// How far into `sym` the target is, and the size of `sym`; `None` for an address,
+    /// and for a line whose `+offset/size` is not two hexadecimal numbers (`0x...`).
+    pub place: Option<(u64, u64)>,
+    /// Whether ftrace jumps to the target (`direct(jmp)-->`: the target must return for
+    /// the function) instead of calling it.
+    pub jmp: bool,
 }
 
 impl DirectCall {
     /// Whether the target is the end of `sym`, that is the first byte of whatever follows
     /// it (see [`parse_direct_callers()`]).
     pub fn at_end(&self) -> bool {
-        self.offset != 0 && self.offset == self.size
+        matches!(self.place, Some((offset, size)) if offset != 0 && offset == size)
     }
 }
 
 impl core::fmt::Display for DirectCall {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}+{:#x}/{:#x}", self.sym, self.offset, self.size)
+        match self.place {
+            Some((offset, size)) => write!(f, "{}+{offset:#x}/{size:#x}", self.sym),
+            None => write!(f, "{}", self.sym),
+        }
     }
 }
 
@@ -207,6 +213,7 @@ impl core::fmt::Display for DirectCall {
 pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
     let hex = |s: &str| {
         s.strip_prefix("0x")
+            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
             .and_then(|h| u64::from_str_radix(h, 16).ok())
     };
     let mut out = HashMap::new();
@@ -217,7 +224,8 @@ pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
                 let (Some(name), Some(arrow)) = (current, rest.find("-->")) else {
                     continue;
                 };
-                if !rest.starts_with("direct") {
+                let kind = &rest[..arrow];
+                if kind != "direct" && kind != "direct(jmp)" {
                     continue;
                 }
                 let target = &rest[arrow + 3..];
@@ -226,11 +234,13 @@ pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
                 if sym.is_empty() {
                     continue;
                 }
-                let (offset, size) = at.split_once('/').unwrap_or((at, ""));
+                let place = at
+                    .split_once('/')
+                    .and_then(|(offset, size)| Some((hex(offset)?, hex(size)?)));
                 let call = DirectCall {
                     sym: sym.to_string(),
-                    offset: hex(offset).unwrap_or(0),
-                    size: hex(size).unwrap_or(0),
+                    place,
+                    jmp: kind == "direct(jmp)",
                 };
                 out.insert(name.to_string(), call);
             }
@@ -241,10 +251,10 @@ pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
 }
 
 /// [`direct_callers()`] of the text of `enabled_functions`: each function's caller
-/// ([`parse_direct_calls()`]) by its symbol.
+/// ([`parse_direct_calls()`]), named by its symbol, or `symbol+offset` at the end of one.
 ///
 /// A caller at the very end of a symbol ([`DirectCall::at_end()`]) is given as
-/// `symbol+offset`: it is the first byte of whatever follows, which `%pS` names by the
+/// `symbol+offset` (`offset` in hexadecimal, `0x...`): it is the first byte of whatever follows, which `%pS` names by the
 /// symbol before it when both are BPF text (the BPF ksym tree counts a symbol's end as
 /// its own, for return addresses after a final call: `bpf_tree_comp()` in
 /// kernel/bpf/core.c), as a BPF trampoline allocated right after an rkf_multi image in a
@@ -253,10 +263,9 @@ pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
     parse_direct_calls(text)
         .into_iter()
         .map(|(name, call)| {
-            let caller = if call.at_end() {
-                format!("{}+{:#x}", call.sym, call.offset)
-            } else {
-                call.sym
+            let caller = match call.place {
+                Some((offset, _)) if call.at_end() => format!("{}+{offset:#x}", call.sym),
+                _ => call.sym,
             };
             (name, caller)
         })
@@ -918,8 +927,8 @@ mod tests {
         assert_eq!(c["bpf_fentry_test3"], "rkf_multi_image_7");
     }
 
-    /// Each direct call's symbol, offset and size exactly, for a call and a jump, and an
-    /// address that kallsyms has no symbol for.
+    /// Each direct call's symbol, offset and size exactly, for a call and a jump, an
+    /// address that kallsyms has no symbol for, and offsets that are not `%pS`'s.
     #[test]
     fn direct_calls_parsed() {
         let text = "bpf_fentry_test1 (1)      D       \n\
@@ -928,27 +937,35 @@ mod tests {
                     \tdirect(jmp)-->bpf_trampoline_77+0x0/0x1000 [bpf]\n\
                     bar (1)      D       \n\
                     \tdirect-->0xffffffffa0001000\n\
+                    odd1 (1)      D       \n\
+                    \tdirect-->s+0x+40/0x40\n\
+                    odd2 (1)      D       \n\
+                    \tdirect-->s+40/40\n\
+                    odd3 (1)      D       \n\
+                    \tdirect(call)-->s+0x40/0x40\n\
                     vfs_read (1) R            \ttramp: 0xffffffffc0a01000 (function_trace_call+0x0/0x80) ->ftrace_ops_list_func+0x0/0x1a0\n";
         let c = super::parse_direct_calls(text);
-        let call = |sym: &str, offset, size| super::DirectCall {
+        let call = |sym: &str, place, jmp| super::DirectCall {
             sym: sym.to_string(),
-            offset,
-            size,
+            place,
+            jmp,
         };
-        assert_eq!(c.len(), 3, "{c:?}");
-        assert_eq!(
-            c["bpf_fentry_test1"],
-            call("rkf_multi_image_7", 0x40, 0x1000)
-        );
-        assert_eq!(c["foo [mod]"], call("bpf_trampoline_77", 0, 0x1000));
-        assert_eq!(c["bar"], call("0xffffffffa0001000", 0, 0));
-        assert_eq!(
-            c["bpf_fentry_test1"].to_string(),
-            "rkf_multi_image_7+0x40/0x1000"
-        );
-        assert!(!c["bpf_fentry_test1"].at_end());
-        assert!(call("rkf_multi_image_7", 0x40, 0x40).at_end());
-        assert!(!call("rkf_multi_image_7", 0, 0).at_end());
+        assert_eq!(c.len(), 5, "{c:?}");
+        let image = call("rkf_multi_image_7", Some((0x40, 0x1000)), false);
+        assert_eq!(c["bpf_fentry_test1"], image);
+        let tramp = call("bpf_trampoline_77", Some((0, 0x1000)), true);
+        assert_eq!(c["foo [mod]"], tramp);
+        assert_eq!(c["bar"], call("0xffffffffa0001000", None, false));
+        assert_eq!(c["odd1"], call("s", None, false));
+        assert_eq!(c["odd2"], call("s", None, false));
+        assert_eq!(image.to_string(), "rkf_multi_image_7+0x40/0x1000");
+        assert_eq!(c["bar"].to_string(), "0xffffffffa0001000");
+        assert!(!image.at_end() && !tramp.at_end() && !c["bar"].at_end());
+        assert!(call("s", Some((0x40, 0x40)), false).at_end());
+        assert!(!call("s", Some((0, 0)), false).at_end());
+        let callers = super::parse_direct_callers(text);
+        assert_eq!(callers["bpf_fentry_test1"], "rkf_multi_image_7");
+        assert_eq!(callers["odd1"], "s");
     }
 
     /// A caller at the very end of a BPF symbol is whatever starts there: a BPF

@@ -73,6 +73,13 @@ fn check_shared<K: Eq + std::fmt::Debug>(funcs: &[Func], keys: &[K], what: &str)
             "{what}: the trampoline of {} ({t})",
             f.name
         );
+        // Called, at a place in the image (an end would be the text after it).
+        check!(
+            !t.jmp && t.place.is_some() && !t.at_end(),
+            "{what}: {}'s site calls {t}{}",
+            f.name,
+            if t.jmp { " by a jump" } else { "" }
+        );
     }
     let mut distinct: Vec<&DirectCall> = Vec::new();
     for (i, a) in funcs.iter().enumerate() {
@@ -95,7 +102,12 @@ fn check_shared<K: Eq + std::fmt::Debug>(funcs: &[Func], keys: &[K], what: &str)
     }
     check!(
         distinct.len() < funcs.len(),
-        "{what}: no two functions alike, nothing shared: {distinct:?}"
+        "{what}: no two functions alike, nothing shared: {}",
+        distinct
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     diag!(
         "{what}: {} functions through {} trampolines",
@@ -190,9 +202,10 @@ pub(super) fn alike_functions_share_code() -> Result<()> {
         None,
     )?);
     let targets = direct_targets()?;
-    let of = |f: &Func| targets.get(&f.qualified_name()).cloned();
+    let of = |f: &Func| targets.get(&f.qualified_name()).map(ToString::to_string);
+    let image = |f: &Func| targets.get(&f.qualified_name()).map(|c| &c.sym);
     check!(
-        of(t7).is_some() && of(t7) != of(t1),
+        image(t7).is_some() && image(t7) != image(t1),
         "after a link on {} alone came and went, it has a stub of its own, in another image than {}'s: {:?} and {:?}",
         t7.name,
         t1.name,
