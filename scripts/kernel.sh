@@ -492,7 +492,8 @@ cmd_build() {
 	configure "$flavour" "$out" "$src"
 	# From scratch with -j3 on 2 idle cores (measured): the test kernel (KASAN, lockdep,
 	# BTF) 549 s; the distro kernel (Debian's config: about 2,900 objects with debug info)
-	# 986 s.  Whatever else runs on the cores makes it take longer, up to twice as long.
+	# 986 s.  Other work on the cores slows it a lot (the distro kernel took 1,936 to
+	# 3,604 s with VM runs beside it).
 	minutes=10
 	[[ $flavour == distro ]] && minutes=17
 	log "building the $flavour kernel with $JOBS jobs (from scratch about $minutes min on 2 idle cores; seeded builds only what changed)"
