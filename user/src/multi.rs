@@ -254,11 +254,11 @@ pub fn parse_direct_calls(text: &str) -> HashMap<String, DirectCall> {
 /// ([`parse_direct_calls()`]), named by its symbol, or `symbol+offset` at the end of one.
 ///
 /// A caller at the very end of a symbol ([`DirectCall::at_end()`]) is given as
-/// `symbol+offset` (`offset` in hexadecimal, `0x...`): it is the first byte of whatever follows, which `%pS` names by the
-/// symbol before it when both are BPF text (the BPF ksym tree counts a symbol's end as
-/// its own, for return addresses after a final call: `bpf_tree_comp()` in
-/// kernel/bpf/core.c), as a BPF trampoline allocated right after an rkf_multi image in a
-/// pack.  [`resolve_ends()`] names it.
+/// `symbol+offset` (`offset` in hexadecimal, `0x...`): it is the first byte of whatever
+/// follows, which `%pS` names by the symbol before it when both are BPF text (the BPF
+/// ksym tree counts a symbol's end as its own, for return addresses after a final call:
+/// `bpf_tree_comp()` in kernel/bpf/core.c), as a BPF trampoline allocated right after an
+/// rkf_multi image in a pack.  [`resolve_ends()`] names it.
 pub fn parse_direct_callers(text: &str) -> HashMap<String, String> {
     parse_direct_calls(text)
         .into_iter()
