@@ -21,7 +21,8 @@
 # The cache lives in $RKF_CACHE (default ~/.cache/rkf).  A build directory is keyed by a
 # hash of everything that determines the kernel: the source (and config) package versions,
 # the patch series, the config fragments, the flavour's config recipe (test_config or
-# distro_config, as text) and the versions of the toolchain.  An unchanged
+# distro_config) and how make runs in the tree (kmake, build_timestamp), as text, and the
+# versions of the toolchain.  An unchanged
 # kernel is never rebuilt; a changed one always is, into a fresh directory.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -179,12 +180,35 @@ make_flags() {
 	[[ $1 == distro ]] || echo LLVM=1
 }
 
+# The date of the source package's newest changelog entry, Debian's SOURCE_DATE_EPOCH
+# for it, read once from the package kept in the cache.
+build_timestamp() {
+	local dir=$RKF_CACHE/src ver tmp
+	ver=$(src_version)
+	if [[ ! -s $dir/linux-$ver.date ]]; then
+		tmp=$(mktemp "$dir/date.XXXXXX")
+		dpkg-deb --fsys-tarfile "$dir/${RKF_KSRC_PKG}_$ver.deb" |
+			tar -xO --wildcards '*/changelog.Debian.gz' | zcat |
+			sed -n 's/^ -- .*>  //p' | head -1 >"$tmp"
+		date -d "$(cat "$tmp")" >/dev/null 2>&1 ||
+			{ rm -f "$tmp"; die "no date in the changelog of ${RKF_KSRC_PKG}_$ver.deb"; }
+		mv "$tmp" "$dir/linux-$ver.date"
+	fi
+	cat "$dir/linux-$ver.date"
+}
+
 # kmake FLAVOUR SRC OUT ARGS...: make in the kernel tree with the flavour's compiler.
+# KBUILD_BUILD_TIMESTAMP is the source's date, as in Debian's own kernel build: the same
+# inputs give the same kernel, and kbuild then runs pahole without -j
+# (scripts/Makefile.btf), whose threads make pahole 1.24 encode a slightly different set
+# of functions in each run (two runs on one vmlinux.o: 55,083 and 55,077), so that a
+# glob would match other functions after a rebuild.
 kmake() {
-	local flavour=$1 src=$2 out=$3
+	local flavour=$1 src=$2 out=$3 stamp
 	shift 3
+	stamp=$(build_timestamp)
 	# shellcheck disable=SC2046
-	make -s -C "$src" O="$out" $(make_flags "$flavour") "$@"
+	KBUILD_BUILD_TIMESTAMP=$stamp make -s -C "$src" O="$out" $(make_flags "$flavour") "$@"
 }
 
 toolchain_id() {
@@ -221,7 +245,7 @@ build_key() {
 			for p in $(patches); do sha256sum <"$p"; done
 			for f in $(fragments "$flavour"); do sha256sum <"$f"; done
 			# How Debian's config is turned into ours is part of the recipe too.
-			declare -f distro_config | sha256sum
+			declare -f distro_config kmake build_timestamp | sha256sum
 			distro_toolchain_id
 		} | sha256sum | cut -c1-16
 		return
@@ -232,7 +256,7 @@ build_key() {
 		for p in $(patches); do sha256sum <"$p"; done
 		for f in $(fragments "$flavour"); do sha256sum <"$f"; done
 		# As for distro: how the fragments become the config.
-		declare -f test_config | sha256sum
+		declare -f test_config kmake build_timestamp | sha256sum
 		toolchain_id
 	} | sha256sum | cut -c1-16
 }
