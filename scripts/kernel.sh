@@ -22,8 +22,8 @@
 # hash of everything that determines the kernel: the source (and config) package versions,
 # the patch series, the config fragments, the flavour's config recipe (test_config or
 # distro_config) and how make runs in the tree (kmake, build_timestamp), as text, and the
-# versions of the toolchain.  An unchanged
-# kernel is never rebuilt; a changed one always is, into a fresh directory.
+# versions of the toolchain.  An unchanged kernel is never rebuilt; a changed one always
+# is, into a fresh directory.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -180,33 +180,41 @@ make_flags() {
 	[[ $1 == distro ]] || echo LLVM=1
 }
 
-# The date of the source package's newest changelog entry, Debian's SOURCE_DATE_EPOCH
-# for it, read once from the package kept in the cache.
+# The date of the source package's newest changelog entry (from which Debian derives its
+# SOURCE_DATE_EPOCH), read once from the package kept in the cache.
 build_timestamp() {
-	local dir=$RKF_CACHE/src ver tmp
+	local dir=$RKF_CACHE/src ver deb f tmp stamp
 	ver=$(src_version)
-	if [[ ! -s $dir/linux-$ver.date ]]; then
-		tmp=$(mktemp "$dir/date.XXXXXX")
-		dpkg-deb --fsys-tarfile "$dir/${RKF_KSRC_PKG}_$ver.deb" |
-			tar -xO --wildcards '*/changelog.Debian.gz' | zcat |
-			sed -n 's/^ -- .*>  //p' | head -1 >"$tmp"
-		date -d "$(cat "$tmp")" >/dev/null 2>&1 ||
-			{ rm -f "$tmp"; die "no date in the changelog of ${RKF_KSRC_PKG}_$ver.deb"; }
-		mv "$tmp" "$dir/linux-$ver.date"
+	f=$dir/linux-$ver.date
+	if [[ ! -s $f ]]; then
+		deb=$dir/${RKF_KSRC_PKG}_$ver.deb
+		[[ -s $deb ]] || die "$deb is missing (its changelog dates the build):
+remove $dir/linux-$ver and run scripts/kernel.sh fetch"
+		tmp=$(mktemp "$dir/changelog.XXXXXX")
+		dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*/changelog.Debian.gz' >"$tmp" ||
+			{ rm -f "$tmp"; die "no changelog.Debian.gz in $deb"; }
+		# The first trailer line: " -- Maintainer <address>  Sun, 15 Nov 2026 23:30:52 +0100".
+		stamp=$(zcat "$tmp" | sed -n '/^ -- .*>  /{s///p;q}') || true
+		rm -f "$tmp"
+		if [[ -z $stamp ]] || ! date -d "$stamp" >/dev/null 2>&1; then
+			die "no date in the changelog of $deb"
+		fi
+		printf '%s\n' "$stamp" >"$f.tmp"
+		mv "$f.tmp" "$f"
 	fi
-	cat "$dir/linux-$ver.date"
+	cat "$f"
 }
 
 # kmake FLAVOUR SRC OUT ARGS...: make in the kernel tree with the flavour's compiler.
-# KBUILD_BUILD_TIMESTAMP is the source's date, as in Debian's own kernel build: the same
-# inputs give the same kernel, and kbuild then runs pahole without -j
-# (scripts/Makefile.btf), whose threads make pahole 1.24 encode a slightly different set
-# of functions in each run (two runs on one vmlinux.o: 55,083 and 55,077), so that a
-# glob would match other functions after a rebuild.
+# KBUILD_BUILD_TIMESTAMP is the source's date, as in Debian's own kernel build: it names
+# the build in `uname -v`, and with it kbuild runs pahole 1.24 without -j
+# (scripts/Makefile.btf), whose threads make it encode a slightly different set of
+# functions in each run (two runs on one vmlinux.o: 55,083 and 55,077), so that a glob
+# would match other functions after a rebuild of the same inputs.
 kmake() {
 	local flavour=$1 src=$2 out=$3 stamp
 	shift 3
-	stamp=$(build_timestamp)
+	stamp=$(build_timestamp) || return
 	# shellcheck disable=SC2046
 	KBUILD_BUILD_TIMESTAMP=$stamp make -s -C "$src" O="$out" $(make_flags "$flavour") "$@"
 }
@@ -244,7 +252,8 @@ build_key() {
 			echo "flavour $flavour"
 			for p in $(patches); do sha256sum <"$p"; done
 			for f in $(fragments "$flavour"); do sha256sum <"$f"; done
-			# How Debian's config is turned into ours is part of the recipe too.
+			# How Debian's config is turned into ours, and how make runs in the tree, are
+			# part of the recipe too.
 			declare -f distro_config kmake build_timestamp | sha256sum
 			distro_toolchain_id
 		} | sha256sum | cut -c1-16
@@ -255,7 +264,7 @@ build_key() {
 		echo "flavour $flavour"
 		for p in $(patches); do sha256sum <"$p"; done
 		for f in $(fragments "$flavour"); do sha256sum <"$f"; done
-		# As for distro: how the fragments become the config.
+		# As for distro: how the fragments become the config, and how make runs.
 		declare -f test_config kmake build_timestamp | sha256sum
 		toolchain_id
 	} | sha256sum | cut -c1-16
