@@ -59,7 +59,7 @@ static PROGS_BEFORE: std::sync::OnceLock<std::collections::HashSet<u32>> =
 
 /// The ids of the BPF programs loaded before the first test ran.
 pub fn progs_before_tests() -> &'static std::collections::HashSet<u32> {
-    PROGS_BEFORE.get_or_init(|| crate::multi::prog_ids().into_iter().collect())
+    PROGS_BEFORE.get_or_init(|| crate::multi::held::prog_ids().into_iter().collect())
 }
 
 fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {

@@ -18,6 +18,7 @@ use crate::{
     check, check_eq, diag,
     harness::Test,
     kmod::{insmod, moddir, rmmod, rmmod_wait, LogCursor},
+    multi::tramps::with_shared_only,
     skel::percpu::PercpuSkelBuilder,
 };
 
@@ -52,11 +53,11 @@ pub const TESTS: &[Test] = &[
     },
     Test {
         name: "multi_rmmod_with_shared_frame_in_flight",
-        run: || crate::multi::with_shared_only(|| multi_rmmod_in_flight(InFlight::Shared)),
+        run: || with_shared_only(|| multi_rmmod_in_flight(InFlight::Shared)),
     },
     Test {
         name: "multi_rmmod_with_shared_fexit_frame_in_flight",
-        run: || crate::multi::with_shared_only(|| multi_rmmod_in_flight(InFlight::SharedFexit)),
+        run: || with_shared_only(|| multi_rmmod_in_flight(InFlight::SharedFexit)),
     },
     Test {
         name: "multi_rmmod_with_fexit_in_flight",
@@ -250,14 +251,14 @@ fn multi_pinned_by_link() -> Result<()> {
     let ko = moddir()?.join(format!("{MULTI}.ko"));
     {
         let mut obj = MaybeUninit::uninit();
-        let (skel, funcs) = crate::multi::setup(&mut obj)?;
+        let (skel, funcs) = crate::multi::basic::setup(&mut obj)?;
         let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         rmmod_refused(MULTI, "a link exists")?;
     }
     rmmod_wait(MULTI, Duration::from_secs(20))?;
     insmod(&ko).context("insmod rkf_multi again")?;
-    crate::multi::smoke().context("rkf_multi after reload")
+    crate::multi::basic::smoke().context("rkf_multi after reload")
 }
 
 /// A link on functions of another module (rkf_testmod) pins that module, as a BPF
@@ -270,7 +271,7 @@ fn multi_traced_module_pinned() -> Result<()> {
     rkf::modules::require(TESTMOD)?;
     let ko = moddir()?.join(format!("{TESTMOD}.ko"));
     let mut obj = MaybeUninit::uninit();
-    let (skel, _) = crate::multi::setup(&mut obj)?;
+    let (skel, _) = crate::multi::basic::setup(&mut obj)?;
     {
         let funcs = rkf::multi::resolve(&[TARGETS])?.funcs;
         let _link = rkf::multi::Link::attach(&skel.progs.count_fentry0, &funcs, None)
@@ -281,7 +282,7 @@ fn multi_traced_module_pinned() -> Result<()> {
     insmod(&ko).context("insmod rkf_testmod again")?;
     // The reloaded module's functions (new addresses, new BTF object) attach, and run
     // the program once for each call.
-    crate::multi::testmod_smoke().context("rkf_testmod's functions after its reload")
+    crate::multi::testmod::testmod_smoke().context("rkf_testmod's functions after its reload")
 }
 
 /// rmmod right after heavy fexit traffic, with a task blocked inside a traced function,
@@ -324,7 +325,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
     let release;
     let sleeper = {
         let mut obj = MaybeUninit::uninit();
-        let (skel, funcs) = crate::multi::setup(&mut obj)?;
+        let (skel, funcs) = crate::multi::basic::setup(&mut obj)?;
         let read = rkf::multi::resolve(&["eventfd_read"])?.funcs;
         let _traffic = rkf::multi::Link::attach(&skel.progs.count_fexit2, &funcs, None)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -338,11 +339,11 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         }
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let tramp = if generated {
-            crate::multi::Tramp::Generated
+            crate::multi::tramps::Tramp::Generated
         } else {
-            crate::multi::Tramp::Shared
+            crate::multi::tramps::Tramp::Shared
         };
-        crate::multi::check_tramps(&read, tramp, "the blocked reader's function")?;
+        crate::multi::tramps::check_tramps(&read, tramp, "the blocked reader's function")?;
         // Enters eventfd_read() through the trampoline, fexit pending, until the test
         // writes the eventfd.
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -398,7 +399,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             // them, on every function.
             let bss = skel.maps.bss_data.as_deref().context("no .bss")?;
             check_eq!(
-                bss.counts[crate::multi::NR_COUNTERS + 2][..funcs.len()],
+                bss.counts[crate::multi::basic::NR_COUNTERS + 2][..funcs.len()],
                 vec![runs; funcs.len()][..],
                 "the fexit traffic's program runs on each function"
             );
@@ -455,7 +456,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
             "eventfd read() back through the dead image: the value written"
         );
         insmod(&ko).context("insmod rkf_multi again")?;
-        return crate::multi::smoke().context("rkf_multi after reload");
+        return crate::multi::basic::smoke().context("rkf_multi after reload");
     }
     // rmmod runs the module's exit, which waits for the reader's frame: the module is
     // going, and stays so while the reader is blocked.
@@ -494,7 +495,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
         "eventfd read() through the trampoline: the value written"
     );
     insmod(&ko).context("insmod rkf_multi again")?;
-    crate::multi::smoke().context("rkf_multi after reload")
+    crate::multi::basic::smoke().context("rkf_multi after reload")
 }
 
 /// The images of generated trampolines rkf_multi left behind when it unloaded with calls

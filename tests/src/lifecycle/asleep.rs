@@ -34,7 +34,10 @@ use super::{
 use crate::{
     check, check_eq, diag,
     kmod::{insmod_with, moddir, rmmod, rmmod_wait},
-    multi::{check_tramps, Held, Tramp},
+    multi::{
+        held::Held,
+        tramps::{check_tramps, Tramp},
+    },
     skel::{
         multi_asleep::{types::bss, MultiAsleepSkel, MultiAsleepSkelBuilder},
         multi_filler::{types::bss as filler_bss, MultiFillerSkelBuilder},
@@ -351,7 +354,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     let enabled = multi::enabled_functions()?;
     for f in &funcs {
         check_eq!(
-            crate::multi::listed(&enabled, f),
+            crate::multi::refusals::listed(&enabled, f),
             fexit,
             "{} in ftrace's enabled_functions after the detaches",
             f.name
@@ -401,7 +404,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
     // 0, rmmod would go into the module's exit, which waits for the sleeper, so that the
     // test would hang instead of failing.
     for _ in 0..30 {
-        let refcnt = crate::multi::module_refcnt(MULTI)?;
+        let refcnt = crate::multi::held::module_refcnt(MULTI)?;
         check!(
             refcnt > 0,
             "rkf_multi's reference count with a program asleep: {refcnt}"
@@ -448,7 +451,7 @@ fn asleep_through(tramp: Tramp, fexit: bool) -> Result<()> {
         "{tramp:?}, fexit beside it {fexit}: a program asleep outlived its link's detach and \
          held rkf_multi until it woke"
     );
-    crate::multi::smoke().context("rkf_multi after reload")
+    crate::multi::basic::smoke().context("rkf_multi after reload")
 }
 
 /// Whether the BPF text symbol `name` (a generated trampoline's image) is in kallsyms:

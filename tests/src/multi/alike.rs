@@ -12,7 +12,11 @@ use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 
-use super::{attach, attach_uncounted, check_args, reset, setup, trigger, Tramp};
+use super::{
+    attach, attach_uncounted,
+    basic::{check_args, reset, setup, trigger},
+    tramps::Tramp,
+};
 use crate::{check, check_eq, diag, skel::multi::MultiSkel};
 use rkf::multi::{self, DirectCall, Func};
 

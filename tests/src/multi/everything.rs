@@ -24,7 +24,11 @@ use nix::{
     unistd::{getpgid, Pid},
 };
 
-use super::{attach, load, preempt_rt, reset, targets, test_run_fd};
+use super::{
+    attach,
+    basic::{load, reset, targets},
+    preempt_rt, test_run_fd,
+};
 use crate::{check, check_eq, diag};
 use rkf::multi::{self, Func, LinkInfo};
 
@@ -194,9 +198,9 @@ pub(super) fn attach_everything() -> Result<()> {
             );
             calls(trigger_fd)?;
             // Every function with both programs through its own code (see above).
-            super::check_tramps(
+            super::tramps::check_tramps(
                 &all.funcs,
-                super::Tramp::Generated,
+                super::tramps::Tramp::Generated,
                 "fentry and fexit on every function",
             )?;
 

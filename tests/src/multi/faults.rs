@@ -34,8 +34,11 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{callers, check_tramps, Held, Tramp, MULTI};
-use crate::{check, check_eq, diag};
+use super::{
+    held::Held,
+    tramps::{callers, check_tramps, Tramp},
+};
+use crate::{check, check_eq, diag, lifecycle::MULTI};
 use rkf::multi::{self, attach_request, Func, Link};
 use rkf_core::abi::AttachRequest;
 
@@ -269,7 +272,7 @@ fn check_hooks(funcs: &[Func], hooked: usize, what: &str) -> Result<()> {
     let enabled = multi::enabled_functions()?;
     for f in &funcs[hooked..] {
         check!(
-            !super::listed(&enabled, f),
+            !super::refusals::listed(&enabled, f),
             "{what}: {} is still in enabled_functions",
             f.name
         );

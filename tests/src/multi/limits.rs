@@ -14,9 +14,15 @@ use std::mem::MaybeUninit;
 
 use anyhow::{Context, Result};
 
-use super::{attach, check_tramps, refusal, run_once, setup, MultiSkel, Tramp};
+use super::{
+    attach,
+    basic::{run_once, setup},
+    refusal,
+    tramps::{check_tramps, Tramp},
+};
 use crate::{
     check, check_eq,
+    skel::multi::MultiSkel,
     skel::multi_filler::{MultiFillerSkel, MultiFillerSkelBuilder},
 };
 use rkf::{

@@ -13,7 +13,10 @@ use std::{mem::MaybeUninit, os::fd::AsFd};
 use anyhow::{Context, Result};
 use libbpf_rs::{query::LinkInfo, ProgramInput, ProgramMut};
 
-use super::{attach, check_tramps, Tramp};
+use super::{
+    attach,
+    tramps::{check_tramps, Tramp},
+};
 use crate::{
     check_eq, diag,
     skel::multi_recursion::{MultiRecursionSkel, MultiRecursionSkelBuilder},

@@ -31,7 +31,11 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{attach, check_tramps, reset, setup, trigger, Tramp};
+use super::{
+    attach,
+    basic::{reset, setup, trigger},
+    tramps::{check_tramps, Tramp},
+};
 use crate::{check, check_eq, diag};
 use rkf::{kallsyms::Kallsyms, multi, skeleton};
 
@@ -253,7 +257,7 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
          kernel's sleepable program entry) calls or has",
         hooked.len() - roots.len() - 1
     );
-    let phase = |skel: &mut super::MultiSkel<'_>| {
+    let phase = |skel: &mut crate::skel::multi::MultiSkel<'_>| {
         trace(&roots, &hooked, || {
             for _ in 0..RUNS {
                 trigger(skel)?;
@@ -315,7 +319,7 @@ fn calls_only_denied(tramp: Tramp) -> Result<()> {
             (
                 bss.counts[1][0],
                 bss.counts[1][WATCH_SLOT],
-                bss.counts[super::NR_COUNTERS][1]
+                bss.counts[super::basic::NR_COUNTERS][1]
             ),
             (RUNS as u64, 0, RUNS as u64),
             "this thread's runs of the program on ({}, {name}) and of the fexit program on {}",

@@ -15,8 +15,11 @@ use rkf::multi;
 use rkf_core::{abi::Kind, multi::Reason};
 
 use super::{
-    attach, check_arg, check_tramps, refusal, reset, run_once, run_testmod_targets, setup,
-    testmod_targets, Tramp, Want, CALLS, NR_COUNTERS, TESTMOD_CALLS,
+    attach,
+    basic::{check_arg, reset, run_once, setup, Want, CALLS, NR_COUNTERS},
+    refusal,
+    testmod::{run_testmod_targets, testmod_targets, TESTMOD_CALLS},
+    tramps::{check_tramps, Tramp},
 };
 use crate::{check, check_eq, skel::multi::types::srec};
 
@@ -152,9 +155,9 @@ fn vmlinux_and_module(tramp: Tramp) -> Result<()> {
 
     let funcs = testmod_targets()?;
     let mut obj = MaybeUninit::uninit();
-    let mut skel = super::load(&mut obj, &funcs)?;
+    let mut skel = super::basic::load(&mut obj, &funcs)?;
     let mut tobj = MaybeUninit::uninit();
-    let tm = super::load_testmod(&mut tobj)?;
+    let tm = super::testmod::load_testmod(&mut tobj)?;
     let cookies: Vec<u64> = (0..funcs.len() as u64).map(|i| 0x5e55_1000 + i).collect();
     let _session = attach(&skel.progs.multi_session, &funcs, Some(&cookies))?;
     check_tramps(&funcs, tramp, "a session on rkf_testmod's targets")?;

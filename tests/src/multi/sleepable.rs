@@ -10,7 +10,10 @@ use std::{fs::File, io::Write, mem::MaybeUninit, os::fd::AsFd, ptr};
 
 use anyhow::{bail, Context, Result};
 
-use super::{attach, check_tramps, refusal, Tramp};
+use super::{
+    attach, refusal,
+    tramps::{check_tramps, Tramp},
+};
 use crate::{
     check, check_eq, diag,
     skel::multi_sleepable::{types::bss, MultiSleepableSkel, MultiSleepableSkelBuilder},
@@ -523,7 +526,7 @@ pub(super) fn sleepable_refusals() -> Result<()> {
 /// (as for the kernel's sleepable trampolines): one caller, and functions no other task
 /// of the VM calls, keep every run a hit.
 pub(super) fn sleepable_storm() -> Result<()> {
-    super::with_shared_only(shared_sleepable_storm)
+    super::tramps::with_shared_only(shared_sleepable_storm)
 }
 
 fn shared_sleepable_storm() -> Result<()> {
@@ -539,9 +542,9 @@ fn shared_sleepable_storm() -> Result<()> {
     let fentry = attach(&skel.progs.storm_fentry, sleepable, None)?;
     let fexit = attach(&skel.progs.storm_fexit, sleepable, None)?;
     let plain = attach(&skel.progs.storm_plain, called, None)?;
-    super::check_tramps(
+    super::tramps::check_tramps(
         called,
-        super::Tramp::Shared,
+        super::tramps::Tramp::Shared,
         "rkf_multi loaded with generate=0",
     )?;
     let churn = [

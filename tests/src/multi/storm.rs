@@ -24,8 +24,12 @@ use std::{
 use anyhow::{Context, Result};
 
 use super::{
-    attach, attach_uncounted, callers, check_tramps, kmemleak_kernel, preempt_rt, reset, setup,
-    test_run_fd, testmod_targets, wide, with_shared_only, Tramp, NR_COUNTERS,
+    attach, attach_uncounted,
+    basic::{reset, setup, NR_COUNTERS},
+    kmemleak_kernel, preempt_rt, test_run_fd,
+    testmod::testmod_targets,
+    tramps::{callers, check_tramps, with_shared_only, Tramp},
+    wide,
 };
 use crate::{check, check_eq, diag, skel::multi::MultiSkel};
 use rkf::multi::{Func, Link};

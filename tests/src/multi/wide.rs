@@ -22,8 +22,11 @@ use rkf::{
 use rkf_core::multi::Reason;
 
 use super::{
-    attach, check_tramps, load, load_testmod, refusal, run_testmod_targets, Masked, Tramp,
-    TESTMOD_CALLS,
+    attach,
+    basic::load,
+    refusal,
+    testmod::{load_testmod, run_testmod_targets, Masked, TESTMOD_CALLS},
+    tramps::{check_tramps, Tramp},
 };
 use crate::{
     check_eq, diag,

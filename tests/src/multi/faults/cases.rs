@@ -84,7 +84,7 @@ pub(super) struct Fentry<'o> {
 
 impl<'o> Fentry<'o> {
     pub(super) fn load(obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<Self> {
-        let (skel, funcs) = crate::multi::setup(obj)?;
+        let (skel, funcs) = crate::multi::basic::setup(obj)?;
         let layout = Layout {
             funcs,
             a_end: 3,
@@ -116,7 +116,7 @@ impl Case for Fentry<'_> {
 
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)> {
         let n = self.layout.funcs.len();
-        let bss = crate::multi::run_once(&mut self.skel)?;
+        let bss = crate::multi::basic::run_once(&mut self.skel)?;
         Ok((
             bss.counts[FEXIT0][..n].to_vec(),
             bss.counts[FENTRY0][..n].to_vec(),
@@ -142,9 +142,9 @@ impl<'o> ModuleSession<'o> {
         obj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
         tobj: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
     ) -> Result<Self> {
-        let mut funcs = crate::multi::resolve_targets()?;
+        let mut funcs = crate::multi::basic::resolve_targets()?;
         funcs.truncate(3);
-        let testmod: Vec<Func> = crate::multi::testmod_targets()?
+        let testmod: Vec<Func> = crate::multi::testmod::testmod_targets()?
             .into_iter()
             .filter(|f| f.nr_args <= 6)
             .collect();
@@ -159,8 +159,8 @@ impl<'o> ModuleSession<'o> {
             "rkf_testmod's test targets of up to six arguments"
         );
         funcs.extend(testmod);
-        let skel = crate::multi::load(obj, &funcs)?;
-        let testmod = crate::multi::load_testmod(tobj)?;
+        let skel = crate::multi::basic::load(obj, &funcs)?;
+        let testmod = crate::multi::testmod::load_testmod(tobj)?;
         let btf = rkf::btf::object_fd("rkf_testmod")?;
         let layout = Layout {
             funcs,
@@ -201,9 +201,9 @@ impl Case for ModuleSession<'_> {
     /// cookie its entry wrote into a zeroed one.
     fn run(&mut self) -> Result<(Vec<u64>, Vec<u64>)> {
         let n = self.layout.funcs.len();
-        crate::multi::reset(&mut self.skel)?;
-        crate::multi::trigger(&self.skel)?;
-        crate::multi::run_testmod_targets(&self.testmod)?;
+        crate::multi::basic::reset(&mut self.skel)?;
+        crate::multi::basic::trigger(&self.skel)?;
+        crate::multi::testmod::run_testmod_targets(&self.testmod)?;
         let bss = self.skel.maps.bss_data.as_deref().context("no .bss")?;
         check_eq!(bss.unknown_ip, 0, "session runs on an unexpected function");
         let recs = &bss.session_recs[..n];
