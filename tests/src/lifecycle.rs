@@ -146,7 +146,7 @@ fn stack_reload_cycles() -> Result<()> {
         insmod(&ko).with_context(|| format!("insmod, cycle {i}"))?;
     }
     rkf::modules::require(STACK)?;
-    crate::stack::smoke().context("the kfuncs after the cycles")
+    crate::stack::differential::smoke().context("the kfuncs after the cycles")
 }
 
 const MODULE: &str = "rkf_percpu";
@@ -294,7 +294,7 @@ fn multi_traced_module_pinned() -> Result<()> {
 /// then runs no program, and nothing breaks.
 /// Through a generated fexit or session trampoline (`Fexit`, `Session`), BPF text
 /// outside the module, the unload does not wait: the image is declared dead and left
-/// behind (kallsyms names it rkf_multi_leaked_<n>, dmesg says so), and the task comes
+/// behind (kallsyms names it `rkf_multi_leaked_<n>`, dmesg says so), and the task comes
 /// back through it later, with the value it read, after rkf_multi is gone, calling
 /// nothing of it.
 ///
@@ -499,7 +499,7 @@ fn multi_rmmod_in_flight(via: InFlight) -> Result<()> {
 }
 
 /// The images of generated trampolines rkf_multi left behind when it unloaded with calls
-/// in flight inside them: BPF text that kallsyms names rkf_multi_leaked_<n>, by name and
+/// in flight inside them: BPF text that kallsyms names `rkf_multi_leaked_<n>`, by name and
 /// address (the numbers start again at each load of rkf_multi).
 pub(crate) fn leaked_images() -> Result<Vec<(String, u64)>> {
     bpf_text_symbols(|name| name.starts_with("rkf_multi_leaked_"))

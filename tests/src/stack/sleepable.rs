@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use object::Object;
 
-use super::check_same;
+use super::compare::check_same;
 use crate::{
     check, check_eq, diag,
     skel::stack_sleepable::{types, StackSleepableSkelBuilder},

@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 
 use super::{
-    check_same, check_untouched_past, sym, words, BUF, DEPTH, F_USER_BUILD_ID, F_USER_STACK,
+    compare::{check_same, check_untouched_past, sym},
+    samples::words,
+    BUF, DEPTH, F_USER_BUILD_ID, F_USER_STACK,
 };
 use crate::{
     check, check_eq, diag,
@@ -67,7 +69,7 @@ impl Whose {
 }
 
 /// One program's result.
-type Sample = super::Sample<Kind>;
+type Sample = super::samples::Sample<Kind>;
 
 /// Arms the programs that can take `whose`'s stack with `flags` and `size`, triggers
 /// them from this thread (1 ms nanosleep()s for fentry and sched_switch, a read of the
@@ -143,8 +145,8 @@ fn run_kinds(
                 kind,
                 kf_ret: s.kf_ret,
                 h_ret: s.h_ret,
-                kf: super::bytes(&s.kf),
-                h: super::bytes(&s.h),
+                kf: super::samples::bytes(&s.kf),
+                h: super::samples::bytes(&s.h),
             })
         })
         .collect()
@@ -299,8 +301,8 @@ fn current_task(skel: &mut TaskStackSkel<'_>, k: &KernelSymbolizer) -> Result<()
         check_eq!(k.name(kf[i]), k.name(h[j]), "{what}: the program");
         check_same(
             &format!("{what}, below the program"),
-            &super::bytes(&kf[i + 1..]),
-            &super::bytes(&h[j + 1..]),
+            &super::samples::bytes(&kf[i + 1..]),
+            &super::samples::bytes(&h[j + 1..]),
             false,
             k,
         )?;
