@@ -100,6 +100,7 @@ user: kernel-test
 	@scripts/vmlinux-h.sh "$$(scripts/kernel.sh dir test)" "$(BUILD)/include/vmlinux.h"
 	cargo build --release --locked --workspace --bins
 	cargo clippy --release --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --no-deps --workspace
 
 host-test: user
 	cargo test --release --locked -p rkf-core -p rkf -p rkf-selftests

@@ -6,7 +6,7 @@
 //! BTF is decoded by the btf-rs crate: libbpf-rs 0.27 (its newest release) cannot parse a
 //! module's BTF, which is split BTF on top of vmlinux's, and its `Btf` cannot be made
 //! from a libbpf object that can.  The fds of kernel BTF objects come from libbpf-rs's
-//! [`BtfInfoIter`](libbpf_rs::query::BtfInfoIter).
+//! [`BtfInfoIter`].
 
 use std::{
     fmt,

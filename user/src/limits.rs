@@ -3,7 +3,7 @@
 //! The sampling frequencies and durations rkf accepts, each checked by one function.
 //!
 //! The `parse_*` functions are the CLI's clap value parsers; the `check_*` functions are
-//! what they and the library's own checks ([`crate::profile::Options::validate`]) run.
+//! what they and the library's own checks ([`crate::stacks::profile::Options::validate`]) run.
 
 use std::time::Duration;
 

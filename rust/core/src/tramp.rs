@@ -853,7 +853,7 @@ pub fn emit(buf: &mut [u8], at: u64, t: &Spec<'_>) -> Result<(), EmitError> {
 /// code finds a function's program `k` at its first slot plus `k * SLOT`.
 pub const SLOT: u32 = 16;
 
-/// Where shared code keeps the function's first slot: ctx[12], where a trampoline with
+/// Where shared code keeps the function's first slot: `ctx[12]`, where a trampoline with
 /// an exit keeps the return value, which no program of a function without one reads
 /// (programs read at most twelve u64 of ctx).
 pub const FIRST_SLOT: i8 = RET;

@@ -43,7 +43,7 @@ fn wait_tramp_images(what: &str, done: impl Fn(&[String]) -> bool) -> Result<()>
 }
 
 /// Functions run through trampolines generated for them, BPF text that kallsyms names
-/// rkf_multi_image_<n>: a stack taken inside the program shows one, and walks on through
+/// `rkf_multi_image_<n>`: a stack taken inside the program shows one, and walks on through
 /// it to the traced function and its callers.  Images are shared by the functions of one
 /// operation, replaced when a function's programs change, and freed once no link uses
 /// them.

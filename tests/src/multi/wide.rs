@@ -139,7 +139,7 @@ fn run(tm: &MultiTestmodSkel<'_>, wide: &mut MultiWideSkel<'_>) -> Result<()> {
 /// every argument at its type through ctx, and bpf_get_func_arg() giving exactly ctx's
 /// value below the count and `-EINVAL` from it on; ctx[6..11] past the arguments 0; and
 /// on exit (`ret`: the return value it must see, 0 on a session's entry) the return
-/// value in the slot after the arguments (below twelve), in ctx[6] below six (for
+/// value in the slot after the arguments (below twelve), in `ctx[6]` below six (for
 /// rkf_multi_tmpl6's programs), and through bpf_get_func_ret().  Argument registers past
 /// the function's own hold whatever they held, unchecked.
 fn check_rec(what: &str, t: &Target, r: &wide_rec, ret: Option<Masked>) -> Result<()> {

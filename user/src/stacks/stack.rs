@@ -20,7 +20,7 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The frame in a folded line: its name as [`folded_name()`] gives it, and kernel
+    /// The frame in a folded line: its name as `folded_name()` gives it, and kernel
     /// frames marked `_[k]` as perf's stackcollapse marks them, so that flame graph
     /// palettes and diff tools tell them from user frames.
     pub fn folded(&self) -> String {

@@ -3,7 +3,7 @@
 //! The table of traced functions: in which order the programs of overlapping links run
 //! on one function, which ftrace updates a link operation makes, and the hash index the
 //! shared trampoline finds the functions it serves by (the others by a binary search,
-//! [`lookup()`](super::lookup)).
+//! [`lookup()`](fn@super::lookup)).
 //!
 //! Built into rkf_multi (rust/multi/table.rs builds the table with it) and tested on the
 //! host against models.  Nothing here allocates, so the kernel calls it on its own
