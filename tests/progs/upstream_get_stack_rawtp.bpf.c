@@ -3,7 +3,7 @@
  * tools/testing/selftests/bpf/progs/test_get_stack_rawtp.c of Linux 7.3, ported to rkf:
  * the helper's name changed (bpf_get_stack -> rkf_get_stack) and vmlinux.h and rkf.bpf.h
  * included instead of <linux/bpf.h>.  Nothing else differs (upstream_get_stack_rawtp() in
- * tests/src/stack.rs checks its results as upstream's prog_tests/get_stack_raw_tp.c does).
+ * tests/src/stack/rawtp.rs checks its results as upstream's prog_tests/get_stack_raw_tp.c does).
  */
 
 #include "vmlinux.h"

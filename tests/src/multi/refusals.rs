@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Every refusal of an attach: the errno, the function named and why, and nothing left
-//! behind (no link, nothing hooked, nothing run); the functions of each kind it takes; and
-//! rkf_multi's anchor, denied to links.
+//! behind (no link, nothing hooked, nothing run); the functions of each kind it takes;
+//! rkf_multi's anchor, denied to links; and [`listed()`], whether ftrace hooks a function,
+//! which many rooms use.
 
 use std::{collections::HashSet, mem::MaybeUninit, os::fd::AsFd};
 

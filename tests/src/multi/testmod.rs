@@ -129,6 +129,8 @@ pub(crate) fn testmod_smoke() -> Result<()> {
     Ok(())
 }
 
+/// rkf_testmod's functions through ctx and the helpers, then the refusals of BTF objects
+/// that are not a module's (the tests this file's header names).
 pub(super) fn module_targets() -> Result<()> {
     let funcs = testmod_targets()?;
     check!(
